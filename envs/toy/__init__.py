@@ -1,0 +1,18 @@
+"""Toy envs: small, fast, verifiable tasks with no dependencies.
+
+They are the template for a new family (copy this directory), the envs the core's tests and
+the Quickstart demo run, and the simple tasks a tiny model can learn on a CPU.
+
+- `toy-arith`: one question ("What is 17 + 25?"), answered in `<answer>...</answer>`.
+- `toy-lookup`: the answer is only in the environment: the agent must `<lookup>key</lookup>`,
+  read the `<result>`, then answer. The smallest genuinely multi-turn, tool-using task.
+"""
+
+from skyhub.registry import register
+
+register("toy-arith", "skyhub.envs.toy.env:ArithEnv",
+         description="Integer arithmetic in one turn; answer in <answer>.",
+         tags=("toy", "single-turn", "offline"))
+register("toy-lookup", "skyhub.envs.toy.env:LookupEnv",
+         description="Look a key up in a hidden table with <lookup>, then <answer> its value.",
+         tags=("toy", "multi-turn", "tool-use", "offline"))

@@ -1,0 +1,139 @@
+"""The toy envs' episodes: `ArithEnv` (one question) and `LookupEnv` (look up, then answer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from skyhub.env import TextEnv
+from skyhub.protocol import extract, first_of
+
+from .tasks import load_tasks
+
+ARITH_PROMPT = (
+    "Answer the arithmetic question. Think if you like, then give the final integer inside "
+    "<answer>...</answer>, for example <answer>12</answer>."
+)
+
+LOOKUP_PROMPT = (
+    "You are answering a question about a table you cannot see. To read the value stored under "
+    "a key, write <lookup>KEY</lookup>; the environment replies with <result>...</result>. "
+    "When you know the value, reply with <answer>VALUE</answer>. You have {max_turns} turns."
+)
+
+
+def _normalise(s: str) -> str:
+    return " ".join(s.strip().lower().split())
+
+
+class _ToyEnv(TextEnv):
+    """What both toy envs share: task loading, turn limit, the final answer's scoring."""
+
+    kind = ""
+
+    def __init__(self, *, max_turns: int = 1, n_tasks: int = 1000, seed: int = 0,
+                 tasks_file: str | Path | None = None) -> None:
+        super().__init__()
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.tasks = load_tasks(self.kind, tasks_file, n_tasks, seed)
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.task = self.select_task(options)
+        self.turn = 0
+        self._format_errors = 0
+        return self.task.prompt, self.make_info()
+
+    def _finish(self, answer: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        assert self.task is not None
+        correct = _normalise(answer) == _normalise(str(self.task.answer))
+        info = self.make_info("success" if correct else "failure",
+                              reward_breakdown={"correct": float(correct),
+                                                "format_errors": float(self._format_errors)},
+                              answer=answer)
+        return "", float(correct), True, False, info
+
+    def _malformed(self, message: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """A turn the protocol cannot use: explain, or end as a failure if no turn is left.
+
+        Running out of turns is a truncation (a time limit), except in a one-turn episode,
+        where the single action *is* the answer attempt and a malformed one terminates it.
+        """
+        self._format_errors += 1
+        if self.turn >= self.max_turns:
+            info = self.make_info("failure", reward_breakdown={
+                "correct": 0.0, "format_errors": float(self._format_errors)}, error=message)
+            single = self.max_turns == 1
+            return "", 0.0, single, not single, info
+        left = self.max_turns - self.turn
+        return (f"{message} ({left} turn{'s' if left != 1 else ''} left)", 0.0, False, False,
+                self.make_info(error=message))
+
+
+class ArithEnv(_ToyEnv):
+    """"What is 17 + 25?" -> `<answer>42</answer>`. One turn unless `max_turns` says more."""
+
+    kind = "arith"
+    system_prompt = ARITH_PROMPT
+    stop_strings = ("</answer>",)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.turn += 1
+        answer = extract(action, "answer")
+        if answer is None:
+            return self._malformed("No <answer>...</answer> found; put the final integer inside "
+                                   "<answer></answer>.")
+        return self._finish(answer)
+
+    def reference_action(self) -> str | None:
+        return None if self.task is None else f"<answer>{self.task.answer}</answer>"
+
+
+class LookupEnv(_ToyEnv):
+    """The answer is in a hidden table: `<lookup>k123</lookup>` then `<answer>word</answer>`."""
+
+    kind = "lookup"
+    stop_strings = ("</lookup>", "</answer>")
+
+    def __init__(self, *, max_turns: int = 3, **kwargs: Any) -> None:
+        super().__init__(max_turns=max_turns, **kwargs)
+        self.system_prompt = LOOKUP_PROMPT.format(max_turns=max_turns)
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        obs, info = super().reset(seed=seed, options=options)
+        self._looked_up: set[str] = set()
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        assert self.task is not None, "call reset() before step()"
+        self.turn += 1
+        m = first_of(action, ("lookup", "answer"))
+        if m is None:
+            return self._malformed("No <lookup>KEY</lookup> or <answer>VALUE</answer> found.")
+        if m.tag == "answer":
+            return self._finish(m.content)
+        key = m.content.strip()
+        table: dict[str, str] = self.task.meta["table"]
+        value = table.get(key)
+        self._looked_up.add(key)
+        reply = (f"<result>{value}</result>" if value is not None else
+                 f"<result>no such key: {key[:80]!r}</result>")
+        if self.turn >= self.max_turns:
+            info = self.make_info("failure", reward_breakdown={
+                "correct": 0.0, "format_errors": float(self._format_errors)})
+            return "", 0.0, False, True, info
+        left = self.max_turns - self.turn
+        return f"{reply} ({left} turn{'s' if left != 1 else ''} left)", 0.0, False, False, \
+            self.make_info(looked_up=key)
+
+    def reference_action(self) -> str | None:
+        if self.task is None:
+            return None
+        key = self.task.meta["key"]
+        if key not in getattr(self, "_looked_up", set()):
+            return f"<lookup>{key}</lookup>"
+        return f"<answer>{self.task.answer}</answer>"

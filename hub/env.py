@@ -1,0 +1,161 @@
+"""`TextEnv`: the base class of every skyhub environment.
+
+An env author subclasses it like any gymnasium env::
+
+    class MyEnv(skyhub.TextEnv):
+        def __init__(self, max_turns: int = 4):
+            super().__init__()
+            self.tasks = skyhub.TaskSet([...])
+            self.max_turns = max_turns
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.task = self.select_task(options)
+            self.turn = 0
+            return self.task.prompt, self.make_info()
+
+        def step(self, action):
+            self.turn += 1
+            ...
+            return obs, reward, terminated, truncated, self.make_info(outcome=..., ...)
+
+The contract every env keeps (checked by `skyhub check ID`):
+- observations and actions are `str`; `observation_space`/`action_space` are `UnicodeText`;
+- every info has `task_id`, `turn`, `outcome` (`running`/`success`/`failure`/`error`) and
+  `infra_error`; the final step's info also has `reward_breakdown`;
+- a malformed action is answered with an observation, never an exception;
+- `reset(seed=s)` picks the same task for the same `s`; `close()` may be called twice.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import gymnasium
+
+from skyhub.spaces import UnicodeText
+from skyhub.task import Task
+
+OUTCOMES = ("running", "success", "failure", "error")
+"""Values of `info["outcome"]`: `error` means the episode ended because something broke."""
+
+REQUIRED_INFO_KEYS = ("task_id", "turn", "outcome", "infra_error")
+
+
+class TextEnv(gymnasium.Env[str, str]):
+    """A gymnasium env whose observations and actions are text.
+
+    Subclasses set `self.tasks` in `__init__` and implement `reset` and `step`; the helpers
+    `select_task` and `make_info` keep the task choice and the info contract uniform.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    #: Instructions for the agent (protocol, tools, answer format); None when the first
+    #: observation says it all. Trainers put it in the system message.
+    system_prompt: str | None = None
+
+    #: Strings at which an agent's turn ends (e.g. `</sql>`), for engines that support stop
+    #: strings. The env must still accept text past them.
+    stop_strings: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = UnicodeText()
+        self.action_space = UnicodeText()
+        self.tasks: Sequence[Task] = ()
+        self.task: Task | None = None
+        self.turn: int = 0
+        self.render_mode: str | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ helpers for authors
+    def select_task(self, options: dict[str, Any] | None = None) -> Task:
+        """The task for this episode: `options["task"]` (a Task), `options["task_id"]`, or a
+        choice from `self.tasks` drawn with `self.np_random` (so `reset(seed=s)` repeats).
+
+        Call after `super().reset(seed=seed)`. An unknown `task_id` is a usage error
+        (`KeyError` naming known ids); an empty task set is `DataNotFound`.
+        """
+        options = options or {}
+        if options.get("task") is not None:
+            task = options["task"]
+            if not isinstance(task, Task):
+                raise TypeError(f"options['task'] must be a skyhub.Task, got {type(task).__name__}")
+            return task
+        if not self.tasks:
+            from skyhub.errors import DataNotFound
+
+            raise DataNotFound(f"{type(self).__name__} has no tasks: set self.tasks in __init__ "
+                               "or pass options={'task': Task(...)} to reset()")
+        if options.get("task_id") is not None:
+            task_id = str(options["task_id"])
+            get = getattr(self.tasks, "get", None)
+            if get is not None:
+                return get(task_id)
+            for t in self.tasks:
+                if t.id == task_id:
+                    return t
+            raise KeyError(f"no task with id {task_id!r} in {type(self).__name__}.tasks")
+        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+
+    def make_info(self, outcome: str = "running", *, infra_error: bool = False,
+                  reward_breakdown: dict[str, float] | None = None, **extra: Any) -> dict[str, Any]:
+        """An info dict with the contract's keys filled from the episode's state."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+        info: dict[str, Any] = {
+            "task_id": self.task.id if self.task is not None else None,
+            "turn": self.turn,
+            "outcome": outcome,
+            "infra_error": infra_error,
+        }
+        if reward_breakdown is not None:
+            info["reward_breakdown"] = dict(reward_breakdown)
+        info.update(extra)
+        return info
+
+    def reference_action(self) -> str | None:
+        """An action a perfect agent would send now (gold SQL, a solution script), or None when
+        the env has no reference. Used by the `oracle` agent and by `skyhub check`."""
+        return None
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Release resources. Idempotent: subclasses' `close` is wrapped so a second call is a
+        no-op (see `__init_subclass__`)."""
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return getattr(self, "_closed", False)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own_close = cls.__dict__.get("close")
+        if own_close is not None and not getattr(own_close, "_skyhub_idempotent", False):
+            @functools.wraps(own_close)
+            def close(self: TextEnv) -> None:
+                if getattr(self, "_closed", False):
+                    return
+                try:
+                    own_close(self)
+                finally:
+                    self._closed = True
+
+            close._skyhub_idempotent = True  # type: ignore[attr-defined]
+            cls.close = close  # type: ignore[method-assign]
+
+    def __del__(self) -> None:
+        # Best effort: envs hold connections, kernels and containers.
+        try:
+            if not self.closed:
+                self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        env_id = self.spec.id if self.spec is not None else None
+        return f"<{type(self).__name__}{' ' + env_id if env_id else ''}>"

@@ -1,0 +1,113 @@
+"""Tasks and task sets.
+
+A `Task` is one problem an env can pose: an id that is stable across runs (so results can be
+joined and resumed), the prompt the agent sees, the reference answer the reward uses, and
+free-form metadata (database id, split, difficulty...). A `TaskSet` is the env's
+`Sequence[Task]` with an index by id, so `reset(options={"task_id": ...})` is O(1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, overload
+
+from skyhub.errors import DataNotFound
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem: `id` (unique within its task set), `prompt`, `answer`, `meta`."""
+
+    id: str
+    prompt: str
+    answer: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "prompt": self.prompt, "answer": self.answer, "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Task:
+        return cls(id=str(d["id"]), prompt=str(d["prompt"]), answer=d.get("answer"),
+                   meta=dict(d.get("meta") or {}))
+
+
+class TaskSet(Sequence[Task]):
+    """An immutable, indexable sequence of tasks with lookup by id.
+
+    Ids must be unique: duplicates would make `task_id` selection and result joins ambiguous,
+    so they raise `ValueError` naming the id.
+    """
+
+    def __init__(self, tasks: Iterable[Task], *, name: str = "") -> None:
+        self._tasks: tuple[Task, ...] = tuple(tasks)
+        self.name = name
+        self._index: dict[str, int] = {}
+        for i, t in enumerate(self._tasks):
+            if t.id in self._index:
+                raise ValueError(f"duplicate task id {t.id!r} in task set {name or '<unnamed>'}")
+            self._index[t.id] = i
+
+    @overload
+    def __getitem__(self, i: int) -> Task: ...
+    @overload
+    def __getitem__(self, i: slice) -> TaskSet: ...
+    def __getitem__(self, i: int | slice) -> Task | TaskSet:
+        if isinstance(i, slice):
+            return TaskSet(self._tasks[i], name=self.name)
+        return self._tasks[i]
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self._tasks)
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, str):
+            return item in self._index
+        return isinstance(item, Task) and self._index.get(item.id) is not None
+
+    def __repr__(self) -> str:
+        return f"TaskSet({self.name or 'unnamed'}, {len(self)} tasks)"
+
+    def get(self, task_id: str) -> Task:
+        """The task with this id; `KeyError` naming a few known ids if there is none."""
+        try:
+            return self._tasks[self._index[task_id]]
+        except KeyError:
+            known = ", ".join(repr(t.id) for t in self._tasks[:5])
+            more = f" and {len(self) - 5} more" if len(self) > 5 else ""
+            raise KeyError(
+                f"no task with id {task_id!r} in {self.name or 'this task set'} "
+                f"(known ids: {known}{more})"
+            ) from None
+
+    def ids(self) -> list[str]:
+        return [t.id for t in self._tasks]
+
+
+def load_jsonl(path: str | Path, *, name: str = "") -> TaskSet:
+    """Load tasks from a JSONL file with one `{"id", "prompt", "answer", "meta"}` per line.
+
+    This is skyhub's own interchange format (what `Task.to_dict` writes); dataset families
+    load their public formats with their own loaders.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataNotFound(f"task file {p} does not exist. Pass the path of a JSONL file with one "
+                           "task per line ({'id', 'prompt', 'answer', 'meta'}).")
+    tasks = []
+    with p.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                tasks.append(Task.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{p}:{lineno}: not a task ({e}); expected a JSON object with "
+                                 "at least 'id' and 'prompt'") from None
+    return TaskSet(tasks, name=name or p.stem)
