@@ -38,7 +38,6 @@ _LAZY_MODULES = {"protocol", "chat", "registry", "vector", "spaces", "checks", "
                  "envs", "trainer"}
 
 if TYPE_CHECKING:
-    from skyhub import chat, protocol, vector
     from skyhub.chat import Episode, to_messages
     from skyhub.env import TextEnv
     from skyhub.registry import EnvSpec, list_envs, make, register, spec

@@ -1,0 +1,541 @@
+"""`VectorEnv`: many text envs stepped concurrently, in lockstep or asynchronously.
+
+Two interfaces over one mechanism (a dispatch thread per env, results on one queue):
+
+- gymnasium-style lockstep: `reset(seed=...)`, `step(actions)`, with the autoreset modes of
+  gymnasium 1.x (`next_step`, `same_step`, `disabled`);
+- envpool-style asynchronous: `send(actions, env_ids)` / `recv(min_ready=1)` returns
+  whichever envs finished first, so a trainer never waits for the slowest episode.
+
+Failures are contained per env: an env that raises, whose process dies, or (with
+`step_timeout`) that hangs, is reported in its own slot as an episode end with
+`info["infra_error"] = True` and `outcome = "error"`, and is recreated; the other envs keep
+running. Misuse of the API (stepping a finished env with autoreset disabled, sending to an env
+that is still busy) raises. The VectorEnv is driven from one thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import gymnasium
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from skyhub.errors import SkyhubError
+from skyhub.spaces import UnicodeText
+from skyhub.vector.executors import EnvWorker, Executor, ThreadExecutor, get_executor
+
+if TYPE_CHECKING:
+    from skyhub.env import TextEnv
+
+InfoFormat = Literal["list", "dict"]
+
+_MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP,
+          "disabled": AutoresetMode.DISABLED}
+
+
+def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
+    if isinstance(mode, AutoresetMode):
+        return mode
+    key = str(mode).lower().replace("-", "_")
+    key = {"nextstep": "next_step", "samestep": "same_step"}.get(key, key)
+    if key not in _MODES:
+        raise ValueError(f"autoreset_mode must be one of {sorted(_MODES)}, got {mode!r}")
+    return _MODES[key]
+
+
+class _Result:
+    """What a dispatch thread reports for one reset or step (a slotted class: this is on the
+    hot path of every step)."""
+
+    __slots__ = ("duration", "info", "needs_reset", "obs", "reward", "terminated", "truncated")
+
+    def __init__(self, obs: str, reward: float = 0.0, terminated: bool = False,
+                 truncated: bool = False, info: dict[str, Any] | None = None,
+                 needs_reset: bool = False) -> None:
+        self.obs, self.reward, self.terminated, self.truncated = obs, reward, terminated, truncated
+        self.info = {} if info is None else info
+        #: the env crashed or failed to reset: reset it before stepping again
+        self.needs_reset = needs_reset
+        self.duration = 0.0  # seconds the env's step took (for the inline fast path)
+
+
+class _Runner:
+    """One env's dispatch thread and worker. Replaced wholesale when its env hangs, so a
+    stale thread's late answer is recognised by its generation and dropped."""
+
+    def __init__(self, venv: VectorEnv, index: int, generation: int) -> None:
+        self.venv, self.index, self.generation = venv, index, generation
+        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.worker: EnvWorker | None = None
+        self.task_id: str | None = None
+        self.turn = 0
+        self.thread = threading.Thread(target=self._loop, daemon=True,
+                                       name=f"skyhub-vec-{index}.{generation}")
+        self.thread.start()
+
+    # ------------------------------------------------------------------ thread body
+    def _loop(self) -> None:
+        while True:
+            cmd = self.inbox.get()
+            if cmd is None:
+                if self.worker is not None:
+                    self.worker.close()
+                return
+            kind, payload, reply = cmd
+            reply.put((self.index, self.generation, kind, self.run(kind, payload)))
+
+    def run(self, kind: str, payload: Any) -> Any:
+        """Execute one command (in this runner's thread, or inline by the VectorEnv)."""
+        t = time.perf_counter()
+        try:
+            value: Any = self._execute(kind, payload)
+        except BaseException as e:  # only "call"/"spawn" propagate exceptions to the caller
+            return e
+        if kind == "step":
+            value.duration = time.perf_counter() - t
+        return value
+
+    def _execute(self, kind: str, payload: Any) -> Any:
+        if kind == "spawn":
+            self.worker = self.venv._executor.spawn(self.venv.env_fns[self.index])
+            return None
+        if kind == "call":
+            name, args, kwargs = payload
+            worker = self._ensure_worker()
+            return worker.get_attr(name) if args is None else worker.call(name, *args, **kwargs)
+        try:
+            worker = self._ensure_worker()
+            if kind == "reset":
+                return self._reset(worker, *payload)
+            obs, reward, terminated, truncated, info = worker.call("step", payload)
+            self._track(info)
+            if (terminated or truncated) and self.venv.autoreset_mode is AutoresetMode.SAME_STEP:
+                return self._same_step_reset(obs, reward, terminated, truncated, info)
+            return _Result(obs, float(reward), bool(terminated), bool(truncated), info)
+        except Exception as e:
+            failed = self._crash(f"{type(e).__name__}: {e}", traceback.format_exc())
+            if self.venv.autoreset_mode is AutoresetMode.SAME_STEP and kind == "step":
+                return self._same_step_reset(failed.obs, 0.0, False, True, failed.info)
+            return failed
+
+    def _ensure_worker(self) -> EnvWorker:
+        if self.worker is None:
+            self.worker = self.venv._executor.spawn(self.venv.env_fns[self.index])
+        return self.worker
+
+    def _reset(self, worker: EnvWorker, seed: int | None, options: dict | None) -> _Result:
+        obs, info = worker.call("reset", seed=seed, options=options)
+        self.turn = 0
+        self._track(info)
+        return _Result(obs, info=info)
+
+    def _same_step_reset(self, obs: str, reward: float, terminated: bool, truncated: bool,
+                         info: dict[str, Any]) -> _Result:
+        final = {"final_obs": obs, "final_info": info}
+        try:
+            r = self._reset(self._ensure_worker(), None, None)
+        except Exception as e:
+            r = self._crash(f"reset after episode end failed: {type(e).__name__}: {e}",
+                            traceback.format_exc())
+        return _Result(r.obs, float(reward), bool(terminated), bool(truncated),
+                       {**r.info, **final}, needs_reset=r.needs_reset)
+
+    def _track(self, info: Any) -> None:
+        if isinstance(info, dict):
+            self.task_id = info.get("task_id", self.task_id)
+            self.turn = info.get("turn", self.turn)
+
+    def _crash(self, error: str, tb: str) -> _Result:
+        """The env broke: report an infra error for this slot and recreate the env lazily."""
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        info = infra_error_info(error, self.task_id, self.turn, tb)
+        return _Result("", 0.0, False, True, info, needs_reset=True)
+
+    # ------------------------------------------------------------------ main thread side
+    def abandon(self) -> None:
+        """Stop waiting for this runner (its env hangs): kill its worker, let the thread go."""
+        self.inbox.put(None)
+        if self.worker is not None:
+            self.worker.kill()
+
+
+def infra_error_info(error: str, task_id: str | None, turn: int, tb: str = "") -> dict[str, Any]:
+    """The info of an episode that ended because the environment, not the agent, failed."""
+    return {"task_id": task_id, "turn": turn, "outcome": "error", "infra_error": True,
+            "error": error, "traceback": tb}
+
+
+#: An env whose steps have taken less than this (on average, after `_INLINE_SAMPLES` steps)
+#: is stepped inline by the calling thread: for such envs a thread hop costs more than the
+#: step (~20-30 us on 2 cores) and the GIL prevents any overlap anyway.
+_INLINE_BELOW_S = 100e-6
+_INLINE_SAMPLES = 3
+#: An inline step slower than this sends the env back to its thread for good.
+_INLINE_MAX_S = 1e-3
+
+
+@dataclass
+class _Slot:
+    runner: _Runner
+    in_flight: bool = False
+    sent_at: float = 0.0
+    needs_reset: bool = True
+    step_time: float = 0.0  # exponential moving average of step durations
+    steps_seen: int = 0
+    inline_banned: bool = False
+
+    def observe(self, duration: float) -> None:
+        self.step_time = duration if self.steps_seen == 0 else \
+            0.8 * self.step_time + 0.2 * duration
+        self.steps_seen += 1
+        if duration > _INLINE_MAX_S and self.steps_seen > _INLINE_SAMPLES:
+            self.inline_banned = True
+
+    @property
+    def inline(self) -> bool:
+        return (not self.inline_banned and self.steps_seen >= _INLINE_SAMPLES
+                and self.step_time < _INLINE_BELOW_S)
+
+
+class VectorEnv(gymnasium.vector.VectorEnv):
+    """`num_envs` text envs behind one batched, concurrent interface.
+
+    Args:
+        env_fns: one zero-argument callable per env (picklable for `executor="processes"`).
+        executor: `"threads"` (default), `"processes"`, or an `Executor` instance.
+        autoreset_mode: `"next_step"` (default), `"same_step"` or `"disabled"`, with gymnasium's
+            meaning: in `next_step` the step after an episode's end resets that env (its action
+            is ignored; reward 0); in `same_step` the ending step already returns the next
+            episode's first observation, with `final_obs`/`final_info` in its info; in
+            `disabled` the caller resets finished envs (`reset(options={"reset_mask": m})`).
+        step_timeout: seconds after which a reset or step that has not returned is abandoned
+            and reported as an infra error (the env is recreated). None waits forever.
+        info_format: `"list"` (default) gives a tuple with one info dict per env; `"dict"`
+            gives gymnasium's dict of arrays with `_key` masks (indexed by env id, also for
+            `recv`, whose masks then mark the envs it returned).
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], TextEnv]], *,
+                 executor: str | Executor = "threads",
+                 autoreset_mode: str | AutoresetMode = "next_step",
+                 step_timeout: float | None = None, info_format: InfoFormat = "list") -> None:
+        if len(env_fns) == 0:
+            raise ValueError("VectorEnv needs at least one env_fn")
+        if info_format not in ("list", "dict"):
+            raise ValueError(f"info_format must be 'list' or 'dict', got {info_format!r}")
+        self.env_fns = list(env_fns)
+        self.num_envs = len(self.env_fns)
+        self.autoreset_mode = _autoreset_mode(autoreset_mode)
+        self.metadata = {"autoreset_mode": self.autoreset_mode}
+        self.step_timeout = step_timeout
+        self.info_format = info_format
+        self.single_observation_space = UnicodeText()
+        self.single_action_space = UnicodeText()
+        self.observation_space = gymnasium.spaces.Tuple([UnicodeText()] * self.num_envs)
+        self.action_space = gymnasium.spaces.Tuple([UnicodeText()] * self.num_envs)
+        self.closed = False
+        self._executor = get_executor(executor)
+        self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._ready: list[Any] = []  # results of steps run inline, not yet collected
+        self._last_obs = [""] * self.num_envs  # what a partial reset returns for the others
+        self._inline_ok = type(self._executor) is ThreadExecutor and step_timeout is None
+        self._generation = 0
+        self._slots = [_Slot(self._new_runner(i)) for i in range(self.num_envs)]
+        self._start_all()
+
+    # ================================================================== lockstep interface
+    def reset(self, *, seed: int | Sequence[int | None] | None = None,
+              options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+              ) -> tuple[tuple[str, ...], Any]:
+        """Reset every env (or those in `options["reset_mask"]`); returns `(obs, infos)`.
+
+        `seed` is one int (env i gets `seed + i`, as in gymnasium) or one seed per env;
+        `options` is one dict for all envs or one per env (e.g. `{"task_id": ...}` each).
+        """
+        self._check_open()
+        self._discard_in_flight()
+        ids = list(range(self.num_envs))
+        if isinstance(options, dict) and "reset_mask" in options:
+            mask = np.asarray(options["reset_mask"], dtype=bool)
+            if mask.shape != (self.num_envs,):
+                raise ValueError(f"reset_mask must have shape ({self.num_envs},)")
+            options = {k: v for k, v in options.items() if k != "reset_mask"} or None
+            ids = [i for i in ids if mask[i]]
+        self.async_reset(ids, seed=seed, options=options)
+        results = self._collect(len(ids))
+        infos = [results[i].info if i in results else {} for i in range(self.num_envs)]
+        return tuple(self._last_obs), self._format_infos(range(self.num_envs), infos)
+
+    def step(self, actions: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray,
+                                                    np.ndarray, Any]:
+        """Step every env with its action; returns `(obs, rewards, terminations, truncations,
+        infos)` in env order."""
+        self._check_open()
+        if any(s.in_flight for s in self._slots):
+            raise SkyhubError("step() while envs have async steps in flight: recv() them first, "
+                              "or use reset() to start over")
+        if len(actions) != self.num_envs:
+            raise ValueError(f"step() needs one action per env ({self.num_envs}), got "
+                             f"{len(actions)}")
+        self.send(actions)
+        results = self._collect(self.num_envs)
+        ids = list(range(self.num_envs))
+        return self._arrays(ids, [results[i] for i in ids])[1:]
+
+    # ============================================================== asynchronous interface
+    def async_reset(self, env_ids: Iterable[int] | None = None, *,
+                    seed: int | Sequence[int | None] | None = None,
+                    options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+                    ) -> None:
+        """Start resetting `env_ids` (all by default); `recv()` returns their first
+        observations with reward 0. Seeds and options as in `reset`, per listed env."""
+        self._check_open()
+        ids = self._ids(env_ids)
+        seeds = _per_env(seed, ids, "seed", offset=True)
+        opts = _per_env(options, ids, "options")
+        for k, i in enumerate(ids):
+            self._dispatch(i, "reset", (seeds[k], opts[k]))
+
+    def send(self, actions: Sequence[str], env_ids: Iterable[int] | None = None) -> None:
+        """Start stepping `env_ids` (all by default) with `actions` (one per id); returns at
+        once. An env whose episode ended is reset instead (its action ignored) unless
+        autoreset is disabled, in which case sending to it raises."""
+        self._check_open()
+        ids = self._ids(env_ids)
+        if len(actions) != len(ids):
+            raise ValueError(f"send() got {len(actions)} actions for {len(ids)} env ids")
+        for i in ids:
+            if self._slots[i].in_flight:
+                raise SkyhubError(f"env {i} already has a step in flight: recv() its result "
+                                  "before sending it another action")
+            if self._slots[i].needs_reset and self.autoreset_mode is AutoresetMode.DISABLED:
+                raise SkyhubError(f"env {i} has finished its episode and autoreset is disabled: "
+                                  "reset it first (reset(options={'reset_mask': mask}) or "
+                                  f"async_reset([{i}]))")
+        for i, action in zip(ids, actions, strict=True):
+            if self._slots[i].needs_reset:
+                self._dispatch(i, "reset", (None, None))
+            else:
+                self._dispatch(i, "step", action)
+
+    def recv(self, min_ready: int = 1, timeout: float | None = None,
+             ) -> tuple[np.ndarray, tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Results of envs that finished their reset or step: waits for at least `min_ready`
+        (at most the number in flight), then also takes every other result already there.
+
+        Returns `(env_ids, obs, rewards, terminations, truncations, infos)`, in the order the
+        envs finished. With `timeout`, returns what is ready when it expires (maybe nothing).
+        """
+        self._check_open()
+        in_flight = sum(s.in_flight for s in self._slots)
+        if in_flight == 0:
+            raise SkyhubError("recv() with nothing in flight: call send() or async_reset() first")
+        results = self._collect(min(max(min_ready, 1), in_flight), timeout=timeout, drain=True)
+        ids = list(results)
+        return self._arrays(ids, [results[i] for i in ids])
+
+    # ================================================================== other operations
+    def call(self, name: str, *args: Any, env_ids: Iterable[int] | None = None,
+             **kwargs: Any) -> tuple[Any, ...]:
+        """Call `env.name(*args, **kwargs)` on each env (not in flight); returns the results.
+        Raises the first env's exception."""
+        return self._call(name, args, kwargs, env_ids)
+
+    def get_attr(self, name: str, env_ids: Iterable[int] | None = None) -> tuple[Any, ...]:
+        """`env.name` of each env."""
+        return self._call(name, None, {}, env_ids)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for slot in self._slots:
+            if slot.in_flight:
+                slot.runner.abandon()
+            else:
+                slot.runner.inbox.put(None)
+        deadline = time.monotonic() + 30.0
+        for slot in self._slots:
+            slot.runner.thread.join(max(0.0, deadline - time.monotonic()))
+        self._executor.close()
+
+    def __enter__(self) -> VectorEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"VectorEnv({self.num_envs} envs, executor={self._executor.name}, "
+                f"autoreset={self.autoreset_mode.value})")
+
+    # ====================================================================== internals
+    def _new_runner(self, i: int) -> _Runner:
+        self._generation += 1
+        return _Runner(self, i, self._generation)
+
+    def _start_all(self) -> None:
+        """Create every env concurrently; a failure here is the user's (bad kwargs, missing
+        data) and is raised after closing what started."""
+        reply: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for s in self._slots:
+            s.runner.inbox.put(("spawn", None, reply))
+        errors = [v for v in (reply.get()[3] for _ in self._slots) if isinstance(v, BaseException)]
+        if errors:
+            self.close()
+            raise errors[0]
+
+    def _ids(self, env_ids: Iterable[int] | None) -> list[int]:
+        if env_ids is None:
+            return list(range(self.num_envs))
+        ids = [int(i) for i in env_ids]
+        bad = [i for i in ids if not 0 <= i < self.num_envs]
+        if bad:
+            raise IndexError(f"env ids {bad} out of range for {self.num_envs} envs")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"duplicate env ids in {ids}")
+        return ids
+
+    def _dispatch(self, i: int, kind: str, payload: Any) -> None:
+        slot = self._slots[i]
+        slot.in_flight, slot.sent_at = True, time.monotonic()
+        if kind == "step" and self._inline_ok and slot.inline:
+            self._ready.append((i, slot.runner.generation, kind, slot.runner.run(kind, payload)))
+        else:
+            slot.runner.inbox.put((kind, payload, self._results))
+
+    def _collect(self, n: int, *, timeout: float | None = None,
+                 drain: bool = False) -> dict[int, _Result]:
+        """Wait for `n` results (stale ones from abandoned runners are dropped)."""
+        got: dict[int, _Result] = {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(got) < n or drain:
+            if self._ready:
+                item = self._ready.pop()
+            elif len(got) >= n:  # drain what is already there, without waiting
+                try:
+                    item = self._results.get_nowait()
+                except queue.Empty:
+                    break
+            elif deadline is None and self.step_timeout is None:
+                item = self._results.get()
+            else:
+                wait = self._next_wait(deadline)
+                try:
+                    item = self._results.get(timeout=wait)
+                except queue.Empty:
+                    got.update(self._expire_hung())
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+                    continue
+            i, generation, _kind, result = item
+            slot = self._slots[i]
+            if generation != slot.runner.generation or not slot.in_flight:
+                continue  # an abandoned runner answering late
+            got[i] = self._settle(slot, result)
+            self._last_obs[i] = result.obs
+        return got
+
+    def _settle(self, slot: _Slot, r: _Result) -> _Result:
+        slot.in_flight = False
+        if r.duration:
+            slot.observe(r.duration)
+        ended = r.terminated or r.truncated
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            slot.needs_reset = r.needs_reset
+        else:
+            slot.needs_reset = r.needs_reset or ended
+        return r
+
+    def _next_wait(self, deadline: float | None) -> float:
+        now = time.monotonic()
+        waits = [] if deadline is None else [deadline - now]
+        if self.step_timeout is not None:
+            waits += [s.sent_at + self.step_timeout - now for s in self._slots if s.in_flight]
+        return max(0.0, min(waits)) if waits else 3600.0
+
+    def _expire_hung(self) -> dict[int, _Result]:
+        """Abandon envs whose call exceeded `step_timeout`; report each as an infra error."""
+        if self.step_timeout is None:
+            return {}
+        now, expired = time.monotonic(), {}
+        for i, slot in enumerate(self._slots):
+            if slot.in_flight and now - slot.sent_at >= self.step_timeout:
+                old = slot.runner
+                old.abandon()
+                slot.runner = self._new_runner(i)
+                info = infra_error_info(f"env did not answer within step_timeout="
+                                        f"{self.step_timeout}s; it was abandoned and recreated",
+                                        old.task_id, old.turn)
+                expired[i] = self._settle(slot, _Result("", 0.0, False, True, info,
+                                                        needs_reset=True))
+                self._last_obs[i] = ""
+        return expired
+
+    def _discard_in_flight(self) -> None:
+        pending = sum(s.in_flight for s in self._slots)
+        if pending:
+            self._collect(pending)
+
+    def _call(self, name: str, args: tuple | None, kwargs: dict[str, Any],
+              env_ids: Iterable[int] | None) -> tuple[Any, ...]:
+        self._check_open()
+        ids = self._ids(env_ids)
+        busy = [i for i in ids if self._slots[i].in_flight]
+        if busy:
+            raise SkyhubError(f"envs {busy} have a step in flight: recv() them before call()")
+        reply: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for i in ids:
+            self._slots[i].runner.inbox.put(("call", (name, args, kwargs), reply))
+        values = {}
+        for _ in ids:
+            i, _g, _k, value = reply.get()
+            values[i] = value
+        for i in ids:
+            if isinstance(values[i], BaseException):
+                raise values[i]
+        return tuple(values[i] for i in ids)
+
+    def _arrays(self, ids: list[int], rs: list[_Result]) -> tuple[np.ndarray, tuple[str, ...],
+                                                                  np.ndarray, np.ndarray,
+                                                                  np.ndarray, Any]:
+        obs = tuple(r.obs for r in rs)
+        rewards = np.fromiter((r.reward for r in rs), dtype=np.float64, count=len(rs))
+        terms = np.fromiter((r.terminated for r in rs), dtype=np.bool_, count=len(rs))
+        truncs = np.fromiter((r.truncated for r in rs), dtype=np.bool_, count=len(rs))
+        # dict format: arrays are indexed by env id (masks say which envs are present)
+        infos = self._format_infos(ids, [r.info for r in rs])
+        return np.asarray(ids, dtype=np.int64), obs, rewards, terms, truncs, infos
+
+    def _format_infos(self, positions: Iterable[int], infos: list[dict[str, Any]]) -> Any:
+        if self.info_format == "list":
+            return tuple(infos)
+        vector_infos: dict[str, Any] = {}
+        for k, info in zip(positions, infos, strict=True):
+            vector_infos = self._add_info(vector_infos, info, k)
+        return vector_infos
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SkyhubError("this VectorEnv is closed; create a new one with skyhub.make_vec")
+
+
+def _per_env(value: Any, ids: list[int], what: str, *, offset: bool = False) -> list[Any]:
+    """Broadcast one seed/options value to `ids`, or check a per-env sequence's length."""
+    if value is None or isinstance(value, dict):
+        return [value] * len(ids)
+    if isinstance(value, int | np.integer):
+        return [int(value) + i for i in ids] if offset else [value] * len(ids)
+    values = list(value)
+    if len(values) != len(ids):
+        raise ValueError(f"got {len(values)} {what} values for {len(ids)} envs")
+    return values

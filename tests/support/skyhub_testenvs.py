@@ -1,0 +1,51 @@
+"""Envs for tests that must be importable by module name (worker processes unpickle them)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from skyhub import Task, TaskSet, TextEnv
+
+
+class CountEnv(TextEnv):
+    """Deterministic: task k lasts k+1 steps; obs echoes the action; reward = len(action)."""
+
+    def __init__(self, delay: float = 0.0, crash_at: int | None = None,
+                 hang_at: int | None = None, exit_once: str | None = None) -> None:
+        super().__init__()
+        self.tasks = TaskSet([Task(f"t{k}", f"task {k}", answer=k + 1) for k in range(3)])
+        self.delay, self.crash_at, self.hang_at = delay, crash_at, hang_at
+        self.steps_total = 0
+        self.exit_once = exit_once  # a path: the first env to step creates it, then dies
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.task, self.turn = self.select_task(options), 0
+        return f"start {self.task.id}", self.make_info(thread=threading.current_thread().name)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        assert self.task is not None
+        self.steps_total += 1
+        if self.delay:
+            time.sleep(self.delay)
+        if self.crash_at == self.steps_total:
+            raise RuntimeError("env bug")
+        if self.exit_once and not os.path.exists(self.exit_once):
+            open(self.exit_once, "w").close()
+            os._exit(3)
+        if self.hang_at == self.steps_total:
+            time.sleep(60)
+        self.turn += 1
+        done = self.turn >= self.task.answer
+        info = self.make_info("success" if done else "running",
+                              thread=threading.current_thread().name,
+                              **({"reward_breakdown": {"len": len(action)}} if done else {}))
+        return f"{self.task.id}:{self.turn}:{action}", float(len(action)), done, False, info
+
+
+def count_env(**kw: Any) -> CountEnv:  # module-level: picklable for executor="processes"
+    return CountEnv(**kw)
