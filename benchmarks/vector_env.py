@@ -18,10 +18,9 @@ import random
 import time
 from typing import Any
 
+from benchmarks._common import result, write
 from skyhub import Task, TaskSet, TextEnv
 from skyhub.vector import VectorEnv
-
-from benchmarks._common import result, write
 
 
 class SleepEnv(TextEnv):

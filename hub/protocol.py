@@ -117,7 +117,7 @@ def truncate_after(text: object, stop: str) -> str:
     """`text` cut right after the first `stop` string (what an engine with stop strings would
     have produced); unchanged if `stop` does not occur."""
     s = _as_text(text)
-    i = s.find(stop)
+    i = s.find(stop) if stop else -1
     return s if i < 0 else s[: i + len(stop)]
 
 

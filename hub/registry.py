@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gymnasium.envs.registration import EnvSpec as _GymEnvSpec
+from gymnasium.error import Error as GymnasiumError
 
 from skyhub.errors import EnvNotFound, RegistrationError, SkyhubError
 
@@ -82,9 +83,12 @@ def register(env_id: str, entry_point: str | Callable[..., TextEnv], *,
     elif not callable(entry_point):
         raise RegistrationError(f"entry point for {env_id!r} must be a 'module:attr' string or "
                                 f"a callable, got {type(entry_point).__name__}")
-    new = EnvSpec(id=env_id, entry_point=entry_point, kwargs=dict(kwargs or {}),
-                  nondeterministic=nondeterministic, description=description,
-                  tags=tuple(tags), source=_caller_module())
+    try:
+        new = EnvSpec(id=env_id, entry_point=entry_point, kwargs=dict(kwargs or {}),
+                      nondeterministic=nondeterministic, description=description,
+                      tags=tuple(tags), source=_caller_module())
+    except GymnasiumError as e:  # ids gymnasium cannot parse, e.g. 'a/b/c'
+        raise RegistrationError(f"invalid env id {env_id!r}: {e}") from None
     with _lock:
         old = _registry.get(env_id)
         if old is not None and not override:

@@ -31,8 +31,13 @@ class Task:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Task:
+        if not isinstance(d, dict):
+            raise TypeError(f"a task must be a JSON object, got {type(d).__name__}")
+        meta = d.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise TypeError(f"'meta' must be an object, got {type(meta).__name__}")
         return cls(id=str(d["id"]), prompt=str(d["prompt"]), answer=d.get("answer"),
-                   meta=dict(d.get("meta") or {}))
+                   meta=dict(meta))
 
 
 class TaskSet(Sequence[Task]):
@@ -101,13 +106,16 @@ def load_jsonl(path: str | Path, *, name: str = "") -> TaskSet:
         raise DataNotFound(f"task file {p} does not exist. Pass the path of a JSONL file with one "
                            "task per line ({'id', 'prompt', 'answer', 'meta'}).")
     tasks = []
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                tasks.append(Task.from_dict(json.loads(line)))
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{p}:{lineno}: not a task ({e}); expected a JSON object with "
-                                 "at least 'id' and 'prompt'") from None
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not UTF-8 text ({e}); task files are UTF-8 JSONL") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(Task.from_dict(json.loads(line)))
+        except (KeyError, TypeError, ValueError) as e:  # JSONDecodeError is a ValueError
+            raise ValueError(f"{p}:{lineno}: not a task ({e}); expected a JSON object with "
+                             "at least 'id' and 'prompt'") from None
     return TaskSet(tasks, name=name or p.stem)

@@ -99,6 +99,9 @@ class LookupEnv(_ToyEnv):
     stop_strings = ("</lookup>", "</answer>")
 
     def __init__(self, *, max_turns: int = 3, **kwargs: Any) -> None:
+        if max_turns < 2:
+            raise ValueError(f"toy-lookup needs max_turns >= 2 (one to look up, one to answer), "
+                             f"got {max_turns}")
         super().__init__(max_turns=max_turns, **kwargs)
         self.system_prompt = LOOKUP_PROMPT.format(max_turns=max_turns)
 

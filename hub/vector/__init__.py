@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from skyhub.vector.env import VectorEnv, infra_error_info
+from skyhub.vector.env import VectorEnv
 from skyhub.vector.executors import (
     EnvWorker,
     Executor,
@@ -13,9 +13,11 @@ from skyhub.vector.executors import (
     WorkerDied,
     get_executor,
 )
+from skyhub.vector.runner import infra_error_info
 
 if TYPE_CHECKING:
     from gymnasium.vector import AutoresetMode
+
     from skyhub.env import TextEnv
     from skyhub.registry import EnvSpec
 

@@ -17,9 +17,7 @@ that is still busy) raises. The VectorEnv is driven from one thread.
 from __future__ import annotations
 
 import queue
-import threading
 import time
-import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,9 +25,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
+
 from skyhub.errors import SkyhubError
 from skyhub.spaces import UnicodeText
-from skyhub.vector.executors import EnvWorker, Executor, ThreadExecutor, get_executor
+from skyhub.vector.executors import Executor, ThreadExecutor, get_executor
+from skyhub.vector.runner import Result, Runner, infra_error_info
 
 if TYPE_CHECKING:
     from skyhub.env import TextEnv
@@ -50,130 +50,6 @@ def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
     return _MODES[key]
 
 
-class _Result:
-    """What a dispatch thread reports for one reset or step (a slotted class: this is on the
-    hot path of every step)."""
-
-    __slots__ = ("duration", "info", "needs_reset", "obs", "reward", "terminated", "truncated")
-
-    def __init__(self, obs: str, reward: float = 0.0, terminated: bool = False,
-                 truncated: bool = False, info: dict[str, Any] | None = None,
-                 needs_reset: bool = False) -> None:
-        self.obs, self.reward, self.terminated, self.truncated = obs, reward, terminated, truncated
-        self.info = {} if info is None else info
-        #: the env crashed or failed to reset: reset it before stepping again
-        self.needs_reset = needs_reset
-        self.duration = 0.0  # seconds the env's step took (for the inline fast path)
-
-
-class _Runner:
-    """One env's dispatch thread and worker. Replaced wholesale when its env hangs, so a
-    stale thread's late answer is recognised by its generation and dropped."""
-
-    def __init__(self, venv: VectorEnv, index: int, generation: int) -> None:
-        self.venv, self.index, self.generation = venv, index, generation
-        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.worker: EnvWorker | None = None
-        self.task_id: str | None = None
-        self.turn = 0
-        self.thread = threading.Thread(target=self._loop, daemon=True,
-                                       name=f"skyhub-vec-{index}.{generation}")
-        self.thread.start()
-
-    # ------------------------------------------------------------------ thread body
-    def _loop(self) -> None:
-        while True:
-            cmd = self.inbox.get()
-            if cmd is None:
-                if self.worker is not None:
-                    self.worker.close()
-                return
-            kind, payload, reply = cmd
-            reply.put((self.index, self.generation, kind, self.run(kind, payload)))
-
-    def run(self, kind: str, payload: Any) -> Any:
-        """Execute one command (in this runner's thread, or inline by the VectorEnv)."""
-        t = time.perf_counter()
-        try:
-            value: Any = self._execute(kind, payload)
-        except BaseException as e:  # only "call"/"spawn" propagate exceptions to the caller
-            return e
-        if kind == "step":
-            value.duration = time.perf_counter() - t
-        return value
-
-    def _execute(self, kind: str, payload: Any) -> Any:
-        if kind == "spawn":
-            self.worker = self.venv._executor.spawn(self.venv.env_fns[self.index])
-            return None
-        if kind == "call":
-            name, args, kwargs = payload
-            worker = self._ensure_worker()
-            return worker.get_attr(name) if args is None else worker.call(name, *args, **kwargs)
-        try:
-            worker = self._ensure_worker()
-            if kind == "reset":
-                return self._reset(worker, *payload)
-            obs, reward, terminated, truncated, info = worker.call("step", payload)
-            self._track(info)
-            if (terminated or truncated) and self.venv.autoreset_mode is AutoresetMode.SAME_STEP:
-                return self._same_step_reset(obs, reward, terminated, truncated, info)
-            return _Result(obs, float(reward), bool(terminated), bool(truncated), info)
-        except Exception as e:
-            failed = self._crash(f"{type(e).__name__}: {e}", traceback.format_exc())
-            if self.venv.autoreset_mode is AutoresetMode.SAME_STEP and kind == "step":
-                return self._same_step_reset(failed.obs, 0.0, False, True, failed.info)
-            return failed
-
-    def _ensure_worker(self) -> EnvWorker:
-        if self.worker is None:
-            self.worker = self.venv._executor.spawn(self.venv.env_fns[self.index])
-        return self.worker
-
-    def _reset(self, worker: EnvWorker, seed: int | None, options: dict | None) -> _Result:
-        obs, info = worker.call("reset", seed=seed, options=options)
-        self.turn = 0
-        self._track(info)
-        return _Result(obs, info=info)
-
-    def _same_step_reset(self, obs: str, reward: float, terminated: bool, truncated: bool,
-                         info: dict[str, Any]) -> _Result:
-        final = {"final_obs": obs, "final_info": info}
-        try:
-            r = self._reset(self._ensure_worker(), None, None)
-        except Exception as e:
-            r = self._crash(f"reset after episode end failed: {type(e).__name__}: {e}",
-                            traceback.format_exc())
-        return _Result(r.obs, float(reward), bool(terminated), bool(truncated),
-                       {**r.info, **final}, needs_reset=r.needs_reset)
-
-    def _track(self, info: Any) -> None:
-        if isinstance(info, dict):
-            self.task_id = info.get("task_id", self.task_id)
-            self.turn = info.get("turn", self.turn)
-
-    def _crash(self, error: str, tb: str) -> _Result:
-        """The env broke: report an infra error for this slot and recreate the env lazily."""
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
-        info = infra_error_info(error, self.task_id, self.turn, tb)
-        return _Result("", 0.0, False, True, info, needs_reset=True)
-
-    # ------------------------------------------------------------------ main thread side
-    def abandon(self) -> None:
-        """Stop waiting for this runner (its env hangs): kill its worker, let the thread go."""
-        self.inbox.put(None)
-        if self.worker is not None:
-            self.worker.kill()
-
-
-def infra_error_info(error: str, task_id: str | None, turn: int, tb: str = "") -> dict[str, Any]:
-    """The info of an episode that ended because the environment, not the agent, failed."""
-    return {"task_id": task_id, "turn": turn, "outcome": "error", "infra_error": True,
-            "error": error, "traceback": tb}
-
-
 #: An env whose steps have taken less than this (on average, after `_INLINE_SAMPLES` steps)
 #: is stepped inline by the calling thread: for such envs a thread hop costs more than the
 #: step (~20-30 us on 2 cores) and the GIL prevents any overlap anyway.
@@ -185,7 +61,7 @@ _INLINE_MAX_S = 1e-3
 
 @dataclass
 class _Slot:
-    runner: _Runner
+    runner: Runner
     in_flight: bool = False
     sent_at: float = 0.0
     needs_reset: bool = True
@@ -379,9 +255,9 @@ class VectorEnv(gymnasium.vector.VectorEnv):
                 f"autoreset={self.autoreset_mode.value})")
 
     # ====================================================================== internals
-    def _new_runner(self, i: int) -> _Runner:
+    def _new_runner(self, i: int) -> Runner:
         self._generation += 1
-        return _Runner(self, i, self._generation)
+        return Runner(self, i, self._generation)
 
     def _start_all(self) -> None:
         """Create every env concurrently; a failure here is the user's (bad kwargs, missing
@@ -414,9 +290,9 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             slot.runner.inbox.put((kind, payload, self._results))
 
     def _collect(self, n: int, *, timeout: float | None = None,
-                 drain: bool = False) -> dict[int, _Result]:
+                 drain: bool = False) -> dict[int, Result]:
         """Wait for `n` results (stale ones from abandoned runners are dropped)."""
-        got: dict[int, _Result] = {}
+        got: dict[int, Result] = {}
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(got) < n or drain:
             if self._ready:
@@ -445,7 +321,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             self._last_obs[i] = result.obs
         return got
 
-    def _settle(self, slot: _Slot, r: _Result) -> _Result:
+    def _settle(self, slot: _Slot, r: Result) -> Result:
         slot.in_flight = False
         if r.duration:
             slot.observe(r.duration)
@@ -463,7 +339,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             waits += [s.sent_at + self.step_timeout - now for s in self._slots if s.in_flight]
         return max(0.0, min(waits)) if waits else 3600.0
 
-    def _expire_hung(self) -> dict[int, _Result]:
+    def _expire_hung(self) -> dict[int, Result]:
         """Abandon envs whose call exceeded `step_timeout`; report each as an infra error."""
         if self.step_timeout is None:
             return {}
@@ -476,7 +352,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
                 info = infra_error_info(f"env did not answer within step_timeout="
                                         f"{self.step_timeout}s; it was abandoned and recreated",
                                         old.task_id, old.turn)
-                expired[i] = self._settle(slot, _Result("", 0.0, False, True, info,
+                expired[i] = self._settle(slot, Result("", 0.0, False, True, info,
                                                         needs_reset=True))
                 self._last_obs[i] = ""
         return expired
@@ -505,7 +381,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
                 raise values[i]
         return tuple(values[i] for i in ids)
 
-    def _arrays(self, ids: list[int], rs: list[_Result]) -> tuple[np.ndarray, tuple[str, ...],
+    def _arrays(self, ids: list[int], rs: list[Result]) -> tuple[np.ndarray, tuple[str, ...],
                                                                   np.ndarray, np.ndarray,
                                                                   np.ndarray, Any]:
         obs = tuple(r.obs for r in rs)

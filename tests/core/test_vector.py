@@ -12,6 +12,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
+
 import skyhub
 from skyhub.errors import DataNotFound, SkyhubError
 from skyhub.vector import VectorEnv
@@ -215,7 +216,7 @@ def test_crashing_env_is_reported_as_infra_error_and_recreated(executor: str) ->
         assert obs[0] == "t2:1:a" and obs[2] == "t2:1:a"
         assert not infos[0]["infra_error"] and not infos[2]["infra_error"]
         # next step resets slot 1 with a fresh env (whose step counter starts again)
-        obs, _rew, *_ = venv.step(["a", "a", "a"])
+        obs, *_ = venv.step(["a", "a", "a"])
         assert obs[1].startswith("start ") and obs[0] == "t2:2:a"
         assert venv.get_attr("steps_total", env_ids=[1]) == (0,)
 

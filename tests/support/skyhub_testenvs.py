@@ -14,11 +14,13 @@ class CountEnv(TextEnv):
     """Deterministic: task k lasts k+1 steps; obs echoes the action; reward = len(action)."""
 
     def __init__(self, delay: float = 0.0, crash_at: int | None = None,
-                 hang_at: int | None = None, exit_once: str | None = None) -> None:
+                 hang_at: int | None = None, exit_once: str | None = None,
+                 crash_task: str | None = None) -> None:
         super().__init__()
         self.tasks = TaskSet([Task(f"t{k}", f"task {k}", answer=k + 1) for k in range(3)])
         self.delay, self.crash_at, self.hang_at = delay, crash_at, hang_at
         self.steps_total = 0
+        self.crash_task = crash_task  # steps of this task always raise
         self.exit_once = exit_once  # a path: the first env to step creates it, then dies
 
     def reset(self, *, seed: int | None = None,
@@ -32,7 +34,7 @@ class CountEnv(TextEnv):
         self.steps_total += 1
         if self.delay:
             time.sleep(self.delay)
-        if self.crash_at == self.steps_total:
+        if self.crash_at == self.steps_total or self.task.id == self.crash_task:
             raise RuntimeError("env bug")
         if self.exit_once and not os.path.exists(self.exit_once):
             open(self.exit_once, "w").close()

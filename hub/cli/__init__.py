@@ -1,0 +1,1 @@
+"""The `skyhub` command line (entry point: `skyhub.cli.main:main`)."""

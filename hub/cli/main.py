@@ -1,0 +1,246 @@
+"""The `skyhub` command: list, inspect, check, play and evaluate environments.
+
+Only typer and rich are imported at module level so that `skyhub --help` stays fast: the
+registry (and with it gymnasium and the env families) is imported inside the commands that
+need it. A `SkyhubError` (unknown id, missing data or dependency) is printed in red without a
+traceback and exits with code 2, like a usage error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from skyhub.cli.kwargs import parse_kwargs
+from skyhub.cli.play import INPUT_HELP
+from skyhub.errors import SkyhubError
+
+app = typer.Typer(
+    name="skyhub",
+    help="skyhub: a hub of text RL environments for LLM agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+KwargsArg = Annotated[list[str] | None, typer.Argument(
+    help="Env kwargs as key=value (3 is an int, 0.5 a float, true/false a bool, none None, "
+         "[..] and {..} JSON; anything else text).", show_default=False)]
+
+
+def _console(stderr: bool = False) -> Console:
+    # Made per command so that a redirected sys.stdout (tests, pipes) is honoured.
+    return Console(stderr=stderr, highlight=False)
+
+
+def _friendly_errors(fn: F) -> F:
+    """Turn a `SkyhubError` into its message in red and exit code 2 (no traceback)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SkyhubError as e:
+            _console(stderr=True).print(Text(f"error: {e}", style="red"), soft_wrap=True)
+            raise typer.Exit(2) from None
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from skyhub import __version__
+
+        typer.echo(f"skyhub {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Show the version and exit.")] = False,
+) -> None:
+    """skyhub: a hub of text RL environments for LLM agents."""
+
+
+def _entry_point(spec: Any) -> str:
+    ep = spec.entry_point
+    return ep if isinstance(ep, str) else getattr(ep, "__qualname__", repr(ep))
+
+
+@app.command("list")
+@_friendly_errors
+def list_cmd(
+    tag: Annotated[str | None, typer.Option(help="Only envs with this tag.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List the registered environments (plugins included)."""
+    from skyhub.registry import list_envs, plugin_errors
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # failed plugins are listed below instead
+        specs, errors = list_envs(), plugin_errors()
+    if tag is not None:
+        specs = [s for s in specs if tag in s.tags]
+    out, err = _console(), _console(stderr=True)
+    if as_json:
+        typer.echo(json.dumps([{"id": s.id, "description": s.description, "tags": list(s.tags),
+                                "source": s.source, "entry_point": _entry_point(s)}
+                               for s in specs], indent=2))
+    elif specs:
+        table = Table(title="skyhub environments", title_justify="left")
+        table.add_column("id", style="cyan", no_wrap=True)
+        table.add_column("description")
+        table.add_column("tags")
+        table.add_column("source")
+        for s in specs:
+            table.add_row(s.id, Text(s.description), ", ".join(s.tags), s.source)
+        out.print(table)
+    else:
+        out.print(Text(f"no env has tag {tag!r}" if tag else "no env is registered",
+                       style="yellow"))
+    for name, error in errors.items():
+        (err if as_json else out).print(Text(f"plugin {name} failed to load: {error}",
+                                             style="yellow"))
+
+
+@app.command()
+@_friendly_errors
+def info(env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-arith.")],
+         kwargs: KwargsArg = None) -> None:
+    """Show an environment's spec, system prompt, task count and a sample task."""
+    from skyhub.registry import spec as get_spec
+
+    env_kwargs = parse_kwargs(kwargs)
+    spec = get_spec(env_id)
+    out = _console()
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("id", spec.id)
+    grid.add_row("description", Text(spec.description))
+    grid.add_row("entry point", _entry_point(spec))
+    grid.add_row("default kwargs", Text(json.dumps(spec.kwargs, default=str)))
+    grid.add_row("tags", ", ".join(spec.tags))
+    grid.add_row("source", spec.source)
+    out.print(grid)
+    env = spec.make(**env_kwargs)
+    try:
+        out.print(Panel(Text(env.system_prompt or "(none)"), title="system prompt"))
+        tasks = env.tasks
+        out.print(f"tasks: {len(tasks)}")
+        if len(tasks):
+            out.print(Panel(Text(tasks[0].prompt), title=f"sample task {tasks[0].id}"))
+    finally:
+        env.close()
+
+
+@app.command()
+@_friendly_errors
+def check(
+    env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-arith.")],
+    kwargs: KwargsArg = None,
+    episodes: Annotated[int, typer.Option(help="Episodes for the reference and info checks.")] = 3,
+    seed: Annotated[int, typer.Option(help="First seed the checks use.")] = 0,
+) -> None:
+    """Check that an environment keeps the skyhub env contract; exit code 1 if not."""
+    from skyhub.checks import check_env
+
+    report = check_env(env_id, env_kwargs=parse_kwargs(kwargs), episodes=episodes, seed=seed)
+    _console().print(report.to_table())
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command(help=f"Play an environment yourself, reading actions from stdin.\n\n{INPUT_HELP}")
+@_friendly_errors
+def play(
+    env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-arith.")],
+    kwargs: KwargsArg = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the first episode.")] = None,
+    task_id: Annotated[str | None, typer.Option(help="Play this task (every episode).")] = None,
+) -> None:
+    from skyhub.cli.play import play as play_episodes
+    from skyhub.registry import make
+
+    env = make(env_id, **parse_kwargs(kwargs))
+    try:
+        if task_id is not None and not any(t.id == task_id for t in env.tasks):
+            raise typer.BadParameter(f"{env_id} has no task {task_id!r}", param_hint="--task-id")
+        play_episodes(env, stdin=sys.stdin, console=_console(), seed=seed, task_id=task_id)
+    finally:
+        env.close()
+
+
+@app.command("eval")
+@_friendly_errors
+def eval_cmd(
+    env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-lookup.")],
+    kwargs: KwargsArg = None,
+    agent: Annotated[str, typer.Option(
+        help="oracle (the env's reference actions), random, or script:module:function "
+             "(a callable from chat messages to the next action).")] = "oracle",
+    n: Annotated[int, typer.Option("--n", help="Number of episodes.")] = 100,
+    concurrency: Annotated[int, typer.Option(help="Episodes run at once.")] = 8,
+    seed: Annotated[int, typer.Option(help="Episode k is reset with seed SEED+k.")] = 0,
+    max_turns: Annotated[int | None, typer.Option(
+        help="Passed to the env as max_turns=.")] = None,
+    out: Annotated[str | None, typer.Option(
+        help="Directory for episodes.jsonl and summary.json.")] = None,
+) -> None:
+    """Evaluate an agent on an environment: episodes run concurrently, then a summary table."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from skyhub import evaluate
+    from skyhub.agents import load_agent
+    from skyhub.registry import spec
+
+    spec(env_id)  # an unknown id fails here, before the progress bar
+    env_kwargs = parse_kwargs(kwargs)
+    if max_turns is not None:
+        env_kwargs["max_turns"] = max_turns
+    try:
+        the_agent = load_agent(agent, seed=seed)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--agent") from None
+    console = _console()
+    columns = ("{task.description}", BarColumn(), MofNCompleteColumn(),
+               "reward {task.fields[mean]}", TimeElapsedColumn())
+    rewards: list[float] = []
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task(f"{env_id} / {the_agent.name}", total=n, mean="-")
+
+        def tick(ep: Any) -> None:
+            rewards.append(ep.total_reward)
+            progress.update(bar, advance=1, mean=f"{sum(rewards) / len(rewards):.3f}")
+
+        summary, episodes = evaluate.run(env_id, the_agent, n=n, concurrency=concurrency,
+                                         seed=seed, env_kwargs=env_kwargs, on_episode=tick)
+    table = Table(title=f"{env_id}: {the_agent.name}", title_justify="left")
+    for col in ("episodes", "mean reward", "95% CI", "accuracy", "mean turns", "infra errors",
+                "seconds"):
+        table.add_column(col, justify="right")
+    lo, hi = summary.ci95
+    table.add_row(str(summary.n), f"{summary.mean_reward:.3f}", f"[{lo:.3f}, {hi:.3f}]",
+                  f"{summary.accuracy:.3f}", f"{summary.mean_turns:.2f}",
+                  str(summary.infra_errors), f"{summary.seconds:.1f}")
+    console.print(table)
+    if out is not None:
+        path = evaluate.write_run(out, summary, episodes)
+        console.print(f"wrote {path / 'episodes.jsonl'} and {path / 'summary.json'}")
+
+
+def main() -> None:
+    """The console entry point (`skyhub` on the PATH)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Set up skyhub for development in ./.venv. Idempotent: a second run only checks.
+#   bash scripts/setup.sh [EXTRAS]      EXTRAS defaults to "dev" (e.g. "dev,sql")
+# Never installs a CUDA build of torch: extras that need torch get the CPU wheel pinned first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-dev}"
+
+say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
+apt_install() {
+  command -v apt-get >/dev/null || { say "please install: $*"; return 1; }
+  if [ -z "${_apt_updated:-}" ]; then as_root apt-get update -qq; _apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+# 1. a Python >= 3.11
+py=""
+for c in python3.13 python3.12 python3.11 python3; do
+  if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    py=$(command -v "$c"); break
+  fi
+done
+if [ -z "$py" ]; then
+  say "no Python >= 3.11 found; installing python3 from the system packages"
+  apt_install python3 python3-venv python3-pip
+  py=$(command -v python3)
+  "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { say "python3 is older than 3.11"; exit 1; }
+fi
+
+# 2. the virtualenv (Debian's python3 needs python3-venv for ensurepip)
+if [ ! -x .venv/bin/python ]; then
+  if ! "$py" -m venv .venv 2>/dev/null; then
+    rm -rf .venv
+    ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    say "installing python${ver}-venv"
+    apt_install "python${ver}-venv" || apt_install python3-venv
+    "$py" -m venv .venv
+  fi
+  say "created .venv with $("$py" --version)"
+fi
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+
+# 3. the package, skipped when nothing changed since the last successful install
+stamp=".venv/.skyhub-installed"
+want="$(cat pyproject.toml | sha256sum | cut -c1-16) $extras"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  say "skyhub[$extras] is up to date in .venv"
+  exit 0
+fi
+"${pip[@]}" install --upgrade pip setuptools wheel
+case ",$extras," in
+  *,train,*|*,all,*) say "installing the CPU build of torch first"; "${pip[@]}" install "torch==2.13.0" ;;
+esac
+say "installing skyhub[$extras] (editable)"
+"${pip[@]}" install -e ".[${extras}]"
+echo "$want" > "$stamp"
+say "done: $(.venv/bin/skyhub --version)"
