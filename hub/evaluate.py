@@ -3,8 +3,9 @@
     summary = skyhub.evaluate.run("toy-lookup", load_agent("oracle"), n=100, concurrency=8)
 
 Episodes run through a `VectorEnv` with `send`/`recv`, so a slow episode never holds the
-others back. Episode k is reset with seed `seed + k`, so a run is reproducible whatever the
-concurrency. Episodes that end in an infrastructure error are counted apart and left out of
+others back. Episode k plays the env's task k (cycling when `n` exceeds the task set, so
+`n = len(tasks)` covers every task once) with seed `seed + k`: a run is reproducible
+whatever the concurrency. Episodes that end in an infrastructure error are counted apart and left out of
 the mean (never scored 0). `skyhub eval` is the command-line face of this module.
 """
 
@@ -96,10 +97,17 @@ def run(env_id: str, agent: Agent, *, n: int = 100, concurrency: int = 8, seed: 
     t0 = time.perf_counter()
     with make_vec(env_id, width, autoreset_mode="disabled", **(env_kwargs or {})) as venv:
         prompts = venv.get_attr("system_prompt")
-        for i in range(width):
+        task_ids = [t.id for t in venv.get_attr("tasks", env_ids=[0])[0]]
+
+        def start(i: int) -> None:
+            nonlocal started
             running[i] = (started, None)
-            venv.async_reset([i], seed=[seed + started])
+            options = {"task_id": task_ids[started % len(task_ids)]} if task_ids else None
+            venv.async_reset([i], seed=[seed + started], options=[options])
             started += 1
+
+        for i in range(width):
+            start(i)
         while done < n:
             ids, obs, rewards, terms, truncs, infos = venv.recv()
             send_ids, actions = [], []
@@ -120,9 +128,7 @@ def run(env_id: str, agent: Agent, *, n: int = 100, concurrency: int = 8, seed: 
                     if on_episode is not None:
                         on_episode(ep)
                     if started < n:
-                        running[i] = (started, None)
-                        venv.async_reset([i], seed=[seed + started])
-                        started += 1
+                        start(i)
                     else:
                         running.pop(i)
                     continue

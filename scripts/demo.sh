@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
 for agent in oracle random; do
-  .venv/bin/skyhub eval toy-lookup --agent "$agent" --n 200 --concurrency 16 --seed 0 \
+  .venv/bin/skyhub eval toy-lookup split=dev --agent "$agent" --n 100 --concurrency 16 --seed 0 \
     --out "runs/demo-$agent"
 done

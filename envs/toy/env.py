@@ -31,13 +31,14 @@ class _ToyEnv(TextEnv):
 
     kind = ""
 
-    def __init__(self, *, max_turns: int = 1, n_tasks: int = 1000, seed: int = 0,
-                 tasks_file: str | Path | None = None) -> None:
+    def __init__(self, *, max_turns: int = 1, split: str = "train", n_tasks: int = 1000,
+                 seed: int = 0, tasks_file: str | Path | None = None) -> None:
         super().__init__()
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.max_turns = max_turns
-        self.tasks = load_tasks(self.kind, tasks_file, n_tasks, seed)
+        self.tasks = load_tasks(self.kind, split=split, tasks_file=tasks_file, n=n_tasks,
+                                seed=seed)
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

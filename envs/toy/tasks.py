@@ -10,7 +10,8 @@ from skyhub.task import Task, TaskSet, load_jsonl
 DATA_DIR = Path(__file__).parent / "data"
 
 
-def arith_tasks(n: int = 1000, seed: int = 0, max_operand: int = 50) -> TaskSet:
+def arith_tasks(n: int = 1000, seed: int = 0, max_operand: int = 50,
+                split: str = "train") -> TaskSet:
     """`n` additions/subtractions/multiplications of operands up to `max_operand`."""
     rng = random.Random(seed)
     tasks = []
@@ -19,7 +20,7 @@ def arith_tasks(n: int = 1000, seed: int = 0, max_operand: int = 50) -> TaskSet:
         op = rng.choice("+-*")
         answer = {"+": a + b, "-": a - b, "*": a * b}[op]
         tasks.append(Task(id=f"arith-{seed}-{i}", prompt=f"What is {a} {op} {b}?",
-                          answer=str(answer), meta={"op": op, "split": "synthetic"}))
+                          answer=str(answer), meta={"op": op, "split": split}))
     return TaskSet(tasks, name=f"toy-arith(seed={seed})")
 
 
@@ -27,7 +28,8 @@ _WORDS = ("amber", "birch", "cobalt", "delta", "ember", "fjord", "garnet", "harb
           "juniper", "krypton", "lotus", "marble", "nectar", "onyx", "pepper", "quartz", "raven")
 
 
-def lookup_tasks(n: int = 1000, seed: int = 0, table_size: int = 8) -> TaskSet:
+def lookup_tasks(n: int = 1000, seed: int = 0, table_size: int = 8,
+                 split: str = "train") -> TaskSet:
     """`n` tables of `table_size` random key -> word pairs, each asking for one key's value."""
     rng = random.Random(seed)
     tasks = []
@@ -37,12 +39,43 @@ def lookup_tasks(n: int = 1000, seed: int = 0, table_size: int = 8) -> TaskSet:
         key = rng.choice(sorted(table))
         tasks.append(Task(id=f"lookup-{seed}-{i}", prompt=f"What is the value stored under key "
                           f"{key}?", answer=table[key],
-                          meta={"key": key, "table": table, "split": "synthetic"}))
+                          meta={"key": key, "table": table, "split": split}))
     return TaskSet(tasks, name=f"toy-lookup(seed={seed})")
 
 
-def load_tasks(kind: str, tasks_file: str | Path | None, n: int, seed: int) -> TaskSet:
-    """Tasks from `tasks_file` (JSONL) when given, else generated."""
+#: The bundled `dev` split: 100 tasks per env made once by `write_dev_split` (seed 10_000),
+#: so evaluations compare on a fixed set that training (`split="train"`, generated from
+#: `seed`) does not see unless it uses seed 10_000.
+DEV_SEED, DEV_SIZE = 10_000, 100
+
+
+def dev_file(kind: str) -> Path:
+    return DATA_DIR / f"{kind}-dev.jsonl"
+
+
+def load_tasks(kind: str, *, split: str = "train", tasks_file: str | Path | None = None,
+               n: int = 1000, seed: int = 0) -> TaskSet:
+    """Tasks from `tasks_file` (JSONL) when given; else the bundled `dev` split, or `n`
+    `train` tasks generated from `seed`."""
     if tasks_file is not None:
         return load_jsonl(tasks_file)
+    if split == "dev":
+        return load_jsonl(dev_file(kind), name=f"toy-{kind}(dev)")
+    if split != "train":
+        raise ValueError(f"split must be 'train' (generated) or 'dev' (bundled), got {split!r}")
     return arith_tasks(n, seed) if kind == "arith" else lookup_tasks(n, seed)
+
+
+def write_dev_split() -> None:
+    """Regenerate the bundled dev files (`python -m skyhub.envs.toy.tasks`)."""
+    import json
+
+    DATA_DIR.mkdir(exist_ok=True)
+    for kind, make in (("arith", arith_tasks), ("lookup", lookup_tasks)):
+        with dev_file(kind).open("w", encoding="utf-8") as f:
+            for t in make(DEV_SIZE, DEV_SEED, split="dev"):
+                f.write(json.dumps(t.to_dict()) + "\n")
+
+
+if __name__ == "__main__":
+    write_dev_split()

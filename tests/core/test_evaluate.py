@@ -112,3 +112,10 @@ def test_eval_command_rejects_unknown_agent_and_env() -> None:
     assert r.exit_code == 2 and "unknown agent" in r.output
     r = CliRunner().invoke(app, ["eval", "toy-lookp"])
     assert r.exit_code == 2 and "toy-lookup" in r.output
+
+
+def test_n_equal_to_the_task_count_covers_every_task_once() -> None:
+    _, episodes = evaluate.run("toy-lookup", OracleAgent(), n=100, concurrency=9,
+                               env_kwargs={"split": "dev"})
+    with skyhub.make("toy-lookup", split="dev") as env:
+        assert sorted(e.task_id for e in episodes) == sorted(env.tasks.ids())

@@ -299,3 +299,26 @@ def test_n_tasks_sets_task_set_size() -> None:
     with skyhub.make("toy-lookup", n_tasks=12) as env:
         assert len(env.tasks) == 12
         assert len(set(env.tasks.ids())) == 12
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_bundled_dev_split_is_fixed_and_disjoint_from_train(env_id: str) -> None:
+    with skyhub.make(env_id, split="dev") as dev, skyhub.make(env_id) as train:
+        assert len(dev.tasks) == 100
+        assert dev.tasks[0].id.endswith("-10000-0")
+        assert not set(dev.tasks.ids()) & set(train.tasks.ids())
+        obs, info = dev.reset(options={"task_id": dev.tasks[5].id})
+        assert obs == dev.tasks[5].prompt
+    with pytest.raises(ValueError, match="split"):
+        skyhub.make(env_id, split="test")
+
+
+def test_bundled_dev_files_match_the_generator(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyhub.envs.toy import tasks
+
+    shipped = {k: tasks.dev_file(k).read_text() for k in ("arith", "lookup")}
+    monkeypatch.setattr(tasks, "DATA_DIR", tmp_path)
+    tasks.write_dev_split()
+    for kind, text in shipped.items():
+        assert (tmp_path / f"{kind}-dev.jsonl").read_text() == text
