@@ -5,8 +5,8 @@
 Episodes run through a `VectorEnv` with `send`/`recv`, so a slow episode never holds the
 others back. Episode k plays the env's task k (cycling when `n` exceeds the task set, so
 `n = len(tasks)` covers every task once) with seed `seed + k`: a run is reproducible
-whatever the concurrency. Episodes that end in an infrastructure error are counted apart and left out of
-the mean (never scored 0). `skyhub eval` is the command-line face of this module.
+whatever the concurrency. Episodes that end in an infrastructure error are counted apart
+and left out of the mean (never scored 0). `skyhub eval` is the command-line face of this module.
 """
 
 from __future__ import annotations

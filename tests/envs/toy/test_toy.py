@@ -308,7 +308,7 @@ def test_bundled_dev_split_is_fixed_and_disjoint_from_train(env_id: str) -> None
         assert dev.tasks[0].id.endswith("-10000-0")
         assert not set(dev.tasks.ids()) & set(train.tasks.ids())
         obs, info = dev.reset(options={"task_id": dev.tasks[5].id})
-        assert obs == dev.tasks[5].prompt
+        assert obs == dev.tasks[5].prompt and info["task_id"] == dev.tasks[5].id
     with pytest.raises(ValueError, match="split"):
         skyhub.make(env_id, split="test")
 
