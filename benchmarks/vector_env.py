@@ -114,9 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     steps0 = args.steps * 10
     with VectorEnv([lambda: SleepEnv(0.0)] * n) as venv:
         vec0 = lockstep_rate(venv, steps0)
-    with VectorEnv([lambda: SleepEnv(0.0)] * n) as venv:
-        venv._inline_ok = False  # what every step would cost through its dispatch thread
-        threaded0 = lockstep_rate(venv, steps0)
+    with VectorEnv([lambda: SleepEnv(0.0)] * n, inline_fast_steps=False) as venv:
+        threaded0 = lockstep_rate(venv, steps0)  # every step through its dispatch thread
     loop0 = loop_rate([SleepEnv(0.0) for _ in range(n)], steps0)
     overhead_us = (1 / vec0 - 1 / loop0) * 1e6
     threaded_us = (1 / threaded0 - 1 / loop0) * 1e6

@@ -25,6 +25,11 @@ The contract every env keeps (checked by `skyhub check ID`):
   `infra_error`; the final step's info also has `reward_breakdown`;
 - a malformed action is answered with an observation, never an exception;
 - `reset(seed=s)` picks the same task for the same `s`; `close()` may be called twice.
+
+Threads: a `VectorEnv` never calls one env concurrently, but may call it from different
+threads (its dispatch thread, or the caller's for very fast steps). Don't bind resources to
+the creating thread (open sqlite3 with `check_same_thread=False`), or pass
+`inline_fast_steps=False` to `make_vec`.
 """
 
 from __future__ import annotations

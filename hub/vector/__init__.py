@@ -38,11 +38,12 @@ class EnvFactory:
 
 def make_vec(env_id: str, num_envs: int, *, executor: str | Executor = "threads",
              autoreset_mode: str | AutoresetMode = "next_step",
-             step_timeout: float | None = None, info_format: str = "list",
-             **kwargs: Any) -> VectorEnv:
+             step_timeout: float | None = None, inline_fast_steps: bool = True,
+             info_format: str = "list", **kwargs: Any) -> VectorEnv:
     """`num_envs` copies of `env_id` (made with `kwargs`) behind one `VectorEnv`.
 
-    See `VectorEnv` for `executor`, `autoreset_mode`, `step_timeout` and `info_format`.
+    See `VectorEnv` for `executor`, `autoreset_mode`, `step_timeout`, `inline_fast_steps` and
+    `info_format`.
     """
     from skyhub.registry import spec
 
@@ -50,7 +51,8 @@ def make_vec(env_id: str, num_envs: int, *, executor: str | Executor = "threads"
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     factory = EnvFactory(spec(env_id), kwargs)
     return VectorEnv([factory] * num_envs, executor=executor, autoreset_mode=autoreset_mode,
-                     step_timeout=step_timeout, info_format=info_format)  # type: ignore[arg-type]
+                     step_timeout=step_timeout, inline_fast_steps=inline_fast_steps,
+                     info_format=info_format)  # type: ignore[arg-type]
 
 
 __all__ = ["EnvFactory", "EnvWorker", "Executor", "ProcessExecutor", "ThreadExecutor",

@@ -95,6 +95,11 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             `disabled` the caller resets finished envs (`reset(options={"reset_mask": m})`).
         step_timeout: seconds after which a reset or step that has not returned is abandoned
             and reported as an infra error (the env is recreated). None waits forever.
+        inline_fast_steps: step an env in the calling thread once its steps have proven to
+            take under 100 us (a thread hop costs more; the GIL allows no overlap anyway); a
+            slow step sends it back to its thread. Envs are never called concurrently, but
+            with this on they may be called from more than one thread: turn it off for an env
+            bound to the thread that made it (e.g. sqlite3 with `check_same_thread=True`).
         info_format: `"list"` (default) gives a tuple with one info dict per env; `"dict"`
             gives gymnasium's dict of arrays with `_key` masks (indexed by env id, also for
             `recv`, whose masks then mark the envs it returned).
@@ -103,7 +108,8 @@ class VectorEnv(gymnasium.vector.VectorEnv):
     def __init__(self, env_fns: Sequence[Callable[[], TextEnv]], *,
                  executor: str | Executor = "threads",
                  autoreset_mode: str | AutoresetMode = "next_step",
-                 step_timeout: float | None = None, info_format: InfoFormat = "list") -> None:
+                 step_timeout: float | None = None, inline_fast_steps: bool = True,
+                 info_format: InfoFormat = "list") -> None:
         if len(env_fns) == 0:
             raise ValueError("VectorEnv needs at least one env_fn")
         if info_format not in ("list", "dict"):
@@ -123,7 +129,8 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ready: list[Any] = []  # results of steps run inline, not yet collected
         self._last_obs = [""] * self.num_envs  # what a partial reset returns for the others
-        self._inline_ok = type(self._executor) is ThreadExecutor and step_timeout is None
+        self._inline_ok = (inline_fast_steps and type(self._executor) is ThreadExecutor
+                           and step_timeout is None)
         self._generation = 0
         self._slots = [_Slot(self._new_runner(i)) for i in range(self.num_envs)]
         self._start_all()

@@ -261,17 +261,28 @@ def test_same_step_mode_reports_crash_in_final_info() -> None:
 def test_fast_envs_step_inline_and_slow_ones_go_back_to_threads() -> None:
     envs = [CountEnv() for _ in range(2)]
     with VectorEnv([lambda e=e: e for e in envs]) as venv:
-        venv.reset(options={"task_id": "t2"})
+        venv.reset(seed=0)
         main = threading.current_thread().name
         seen = []
-        for t in range(8):
+        for t in range(12):
             _, _, _, _, infos = venv.step(["a", "a"])
             seen.append(infos[0].get("thread"))
-            if t == 5:
+            if t == 7:
                 for e in envs:
                     e.delay = 0.01  # now slow: must leave the caller's thread
-        assert main in seen, "a fast env should have been stepped inline"
-        assert seen[-1] != main and seen[-1] is not None
+        assert main in seen[:8], "a fast env should have been stepped inline"
+        # at most the first slow step ran inline; after it, every call is back in its thread
+        assert seen[-2:].count(main) == 0 and None not in seen
+
+
+def test_inline_fast_steps_off_keeps_every_step_in_the_env_thread() -> None:
+    with VectorEnv(fns(2), inline_fast_steps=False) as venv:
+        venv.reset(options={"task_id": "t2"})
+        main = threading.current_thread().name
+        threads = set()
+        for _ in range(8):
+            threads |= {i["thread"] for i in venv.step(["a", "a"])[4]}
+        assert main not in threads and len(threads) == 2
 
 
 def test_close_is_idempotent_and_leaves_no_thread_or_process(executor: str) -> None:
