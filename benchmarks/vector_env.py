@@ -35,8 +35,7 @@ class SleepEnv(TextEnv):
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.task, self.turn = self.select_task(options), 0
+        self.start_episode(seed, options)
         return "go", self.make_info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -9,10 +9,8 @@ An env author subclasses it like any gymnasium env::
             self.max_turns = max_turns
 
         def reset(self, *, seed=None, options=None):
-            super().reset(seed=seed)
-            self.task = self.select_task(options)
-            self.turn = 0
-            return self.task.prompt, self.make_info()
+            task = self.start_episode(seed, options)   # seeds, picks the task, turn = 0
+            return task.prompt, self.make_info()
 
         def step(self, action):
             self.turn += 1
@@ -77,6 +75,15 @@ class TextEnv(gymnasium.Env[str, str]):
         self._closed = False
 
     # ------------------------------------------------------------------ helpers for authors
+    def start_episode(self, seed: int | None = None,
+                      options: dict[str, Any] | None = None) -> Task:
+        """The usual first lines of `reset`: seed `np_random` (as `super().reset(seed=seed)`
+        does), pick the task (`select_task`), set the turn counter to 0. Returns the task."""
+        gymnasium.Env.reset(self, seed=seed)
+        self.task = self.select_task(options)
+        self.turn = 0
+        return self.task
+
     def select_task(self, options: dict[str, Any] | None = None) -> Task:
         """The task for this episode: `options["task"]` (a Task), `options["task_id"]`, or a
         choice from `self.tasks` drawn with `self.np_random` (so `reset(seed=s)` repeats).

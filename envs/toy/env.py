@@ -42,11 +42,9 @@ class _ToyEnv(TextEnv):
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.task = self.select_task(options)
-        self.turn = 0
+        task = self.start_episode(seed, options)
         self._format_errors = 0
-        return self.task.prompt, self.make_info()
+        return task.prompt, self.make_info()
 
     def _finish(self, answer: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         assert self.task is not None

@@ -301,3 +301,14 @@ def test_env_recreated_from_its_spec_is_equivalent() -> None:
         env.close()
         twin.close()
         via_gymnasium.close()
+
+
+def test_start_episode_seeds_picks_the_task_and_zeroes_the_turn() -> None:
+    with skyhub.make("toy-lookup") as env:
+        env.turn = 5
+        task = env.start_episode(seed=3)
+        assert env.task is task and env.turn == 0
+        assert env.start_episode(seed=3).id == task.id
+        assert env.start_episode(options={"task_id": "lookup-0-7"}).id == "lookup-0-7"
+        obs, _ = env.reset(seed=3)
+        assert obs == task.prompt

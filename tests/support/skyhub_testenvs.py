@@ -25,8 +25,7 @@ class CountEnv(TextEnv):
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.task, self.turn = self.select_task(options), 0
+        self.start_episode(seed, options)
         return f"start {self.task.id}", self.make_info(thread=threading.current_thread().name)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
