@@ -268,3 +268,16 @@ def test_public_names_resolve_lazily_after_import() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=ROOT.parent)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_all_extra_has_every_other_extra_and_no_gpu_only_package() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    (all_spec,) = extras["all"]
+    named = set(all_spec.split("[", 1)[1].rstrip("]").split(","))
+    assert named == set(extras) - {"all"}, "a new extra must be added to 'all' too"
+    everything = " ".join(dep for deps in extras.values() for dep in deps).lower()
+    for gpu_only in ("vllm", "openrlhf", "flash-attn", "deepspeed"):
+        assert gpu_only not in everything
+    torch = [d for deps in extras.values() for d in deps if d.startswith("torch")]
+    assert torch and all("==" in d for d in torch), "torch must be pinned to the CPU wheel"
