@@ -24,12 +24,16 @@ def machine() -> dict[str, Any]:
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
+_AUTO: Any = object()
+
+
 def result(metric: str, ours: float, baseline: str, baseline_value: float | None,
-           goal: str, *, ratio: float | None = None, met: bool | None = None,
+           goal: str, *, ratio: float | None = _AUTO, met: bool | None = None,
            unit: str = "", note: str = "") -> dict[str, Any]:
-    """One row: `ratio` defaults to ours / baseline_value; `met` says whether `goal` holds."""
-    if ratio is None and baseline_value:
-        ratio = ours / baseline_value
+    """One row: `ratio` defaults to ours / baseline_value (pass None where a ratio means
+    nothing); `met` says whether `goal` holds."""
+    if ratio is _AUTO:
+        ratio = ours / baseline_value if baseline_value else None
     row = {"metric": metric, "ours": round(ours, 4), "unit": unit, "baseline": baseline,
            "baseline_value": None if baseline_value is None else round(baseline_value, 4),
            "ratio": None if ratio is None else round(ratio, 3), "goal": goal, "met": met}
