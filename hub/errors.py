@@ -37,7 +37,12 @@ class InfraError(SkyhubError, RuntimeError):
     `infra_error` so that a trainer masks them instead of scoring them 0."""
 
 
-class RegistrationError(SkyhubError, ValueError):
+class UsageError(SkyhubError, ValueError):
+    """The API was called in a way that cannot work (a snapshot restored on another sandbox,
+    a step sent to a busy env...); the message says what to do instead."""
+
+
+class RegistrationError(UsageError):
     """An env id registered twice, a malformed id or entry point."""
 
 
@@ -48,4 +53,5 @@ __all__ = [
     "RegistrationError",
     "SandboxUnavailable",
     "SkyhubError",
+    "UsageError",
 ]

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Set up skyhub for development in ./.venv. Idempotent: a second run only checks.
-#   bash scripts/setup.sh [EXTRAS]      EXTRAS defaults to "dev" (e.g. "dev,sql")
+#   bash scripts/setup.sh [EXTRAS]      EXTRAS defaults to what the tests use (e.g. "dev,sql")
 # Never installs a CUDA build of torch: extras that need torch get the CPU wheel pinned first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-dev}"
+extras="${1:-dev,docker,e2b}"
 
 say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }

@@ -3,6 +3,6 @@
 # Extra pytest arguments pass through (e.g. `bash scripts/test.sh -m "not slow" -x`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh dev
+bash scripts/setup.sh
 bash scripts/services.sh
 exec .venv/bin/python -m pytest "$@"

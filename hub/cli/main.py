@@ -237,6 +237,16 @@ def eval_cmd(
         console.print(f"wrote {path / 'episodes.jsonl'} and {path / 'summary.json'}")
 
 
+def _add_subcommands() -> None:
+    from skyhub.cli.sandbox_cmds import images_app, sandbox_app
+
+    app.add_typer(sandbox_app, name="sandbox")
+    app.add_typer(images_app, name="images")
+
+
+_add_subcommands()
+
+
 def main() -> None:
     """The console entry point (`skyhub` on the PATH)."""
     app()

@@ -26,7 +26,7 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from skyhub.errors import SkyhubError
+from skyhub.errors import UsageError
 from skyhub.spaces import UnicodeText
 from skyhub.vector.executors import Executor, ThreadExecutor, get_executor
 from skyhub.vector.runner import Result, Runner, infra_error_info
@@ -164,7 +164,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         infos)` in env order."""
         self._check_open()
         if any(s.in_flight for s in self._slots):
-            raise SkyhubError("step() while envs have async steps in flight: recv() them first, "
+            raise UsageError("step() while envs have async steps in flight: recv() them first, "
                               "or use reset() to start over")
         if len(actions) != self.num_envs:
             raise ValueError(f"step() needs one action per env ({self.num_envs}), got "
@@ -198,10 +198,10 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             raise ValueError(f"send() got {len(actions)} actions for {len(ids)} env ids")
         for i in ids:
             if self._slots[i].in_flight:
-                raise SkyhubError(f"env {i} already has a step in flight: recv() its result "
+                raise UsageError(f"env {i} already has a step in flight: recv() its result "
                                   "before sending it another action")
             if self._slots[i].needs_reset and self.autoreset_mode is AutoresetMode.DISABLED:
-                raise SkyhubError(f"env {i} has finished its episode and autoreset is disabled: "
+                raise UsageError(f"env {i} has finished its episode and autoreset is disabled: "
                                   "reset it first (reset(options={'reset_mask': mask}) or "
                                   f"async_reset([{i}]))")
         for i, action in zip(ids, actions, strict=True):
@@ -221,7 +221,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         self._check_open()
         in_flight = sum(s.in_flight for s in self._slots)
         if in_flight == 0:
-            raise SkyhubError("recv() with nothing in flight: call send() or async_reset() first")
+            raise UsageError("recv() with nothing in flight: call send() or async_reset() first")
         results = self._collect(min(max(min_ready, 1), in_flight), timeout=timeout, drain=True)
         ids = list(results)
         return self._arrays(ids, [results[i] for i in ids])
@@ -375,7 +375,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         ids = self._ids(env_ids)
         busy = [i for i in ids if self._slots[i].in_flight]
         if busy:
-            raise SkyhubError(f"envs {busy} have a step in flight: recv() them before call()")
+            raise UsageError(f"envs {busy} have a step in flight: recv() them before call()")
         reply: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for i in ids:
             self._slots[i].runner.inbox.put(("call", (name, args, kwargs), reply))
@@ -409,7 +409,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
 
     def _check_open(self) -> None:
         if self.closed:
-            raise SkyhubError("this VectorEnv is closed; create a new one with skyhub.make_vec")
+            raise UsageError("this VectorEnv is closed; create a new one with skyhub.make_vec")
 
 
 def _per_env(value: Any, ids: list[int], what: str, *, offset: bool = False) -> list[Any]:

@@ -1,0 +1,70 @@
+"""Sandboxes for untrusted agent actions: one interface over `docker`, `local` and `e2b`.
+
+    sb = skyhub.sandbox.create(image=None, backend="auto", cpus=1.0, memory_mb=1024,
+                               network=False, workdir="/work")
+    sb.exec("echo hi")                     # ExecResult(exit_code, stdout, stderr, timed_out, ...)
+    snap = sb.snapshot(); ...; sb.restore(snap)
+    with skyhub.sandbox.Pool(size=8) as pool, pool.lease() as sb: ...
+    skyhub.sandbox.reap()                  # remove what crashed processes left behind
+
+Backends import their SDKs lazily: importing this package is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot
+
+BACKENDS = ("docker", "local", "e2b")
+
+
+def docker_available() -> bool:
+    """Whether a Docker daemon answers (used by `backend="auto"`)."""
+    from skyhub.sandbox.docker import docker_available as check
+
+    return check()
+
+
+def create(image: str | None = None, backend: str = "auto", cpus: float = 1.0,
+           memory_mb: int = 1024, network: bool = False, workdir: str = "/work",
+           **kwargs: Any) -> Sandbox:
+    """A new sandbox. `backend="auto"` picks docker when a daemon answers, else local.
+
+    Common kwargs: `pids` (process limit, default 256), `max_output` (bytes kept per output
+    stream per exec, default 1 MiB), `pool` (a label). Backends take more (see each).
+    """
+    if backend == "auto":
+        backend = "docker" if docker_available() else "local"
+    if backend == "docker":
+        from skyhub.sandbox.docker import DockerSandbox
+
+        return DockerSandbox(image=image, cpus=cpus, memory_mb=memory_mb, network=network,
+                             workdir=workdir, **kwargs)
+    if backend == "local":
+        from skyhub.sandbox.local import LocalSandbox
+
+        return LocalSandbox(image=image, cpus=cpus, memory_mb=memory_mb, network=network,
+                            workdir=workdir, **kwargs)
+    if backend == "e2b":
+        from skyhub.sandbox.e2b import E2BSandbox
+
+        return E2BSandbox(image=image, cpus=cpus, memory_mb=memory_mb, network=network,
+                          workdir=workdir, **kwargs)
+    raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {BACKENDS} or 'auto'")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Pool":
+        from skyhub.sandbox.pool import Pool
+
+        return Pool
+    if name == "reap":
+        from skyhub.sandbox.reap import reap
+
+        return reap
+    raise AttributeError(f"module 'skyhub.sandbox' has no attribute {name!r}")
+
+
+__all__ = ["BACKENDS", "ExecResult", "Pool", "Sandbox", "Snapshot", "create", "docker_available",
+           "reap"]

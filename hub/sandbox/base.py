@@ -1,0 +1,187 @@
+"""The sandbox interface every backend implements, and what it returns.
+
+A sandbox is an isolated place to run an agent's commands: a workdir, limits on CPU, memory,
+processes and wall time, no network unless asked for, and a label on everything it creates
+so that `reap()` can find what a crashed process left behind.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import posixpath
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Labels (Docker labels; local scratch directory names carry the same facts).
+LABEL = "skyhub.sandbox"
+LABEL_OWNER_PID = "skyhub.owner_pid"
+LABEL_OWNER_HOST = "skyhub.owner_host"
+LABEL_CREATED = "skyhub.created"
+LABEL_POOL = "skyhub.pool"
+
+DEFAULT_MAX_OUTPUT = 1 << 20  # bytes kept per stream (head and tail halves), per exec
+DEFAULT_PIDS = 256
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What a command did. `exit_code` is 128+N when a signal N killed it (137 = SIGKILL,
+    e.g. the memory limit or a timeout); output is decoded as UTF-8 with replacement."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @classmethod
+    def from_agent(cls, r: dict[str, Any]) -> ExecResult:
+        def text(b: bytes) -> str:
+            return b.decode("utf-8", errors="replace")
+
+        return cls(int(r["exit_code"]), text(r["stdout"]), text(r["stderr"]),
+                   bool(r["timed_out"]), float(r["duration_s"]))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A saved state of a sandbox's workdir (files, not processes), restorable with
+    `restore` on the sandbox that took it."""
+
+    id: str
+    sandbox_id: str
+    created: float = field(default_factory=time.time)
+
+
+def new_id(prefix: str = "sb") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def owner_labels(pool: str | None = None) -> dict[str, str]:
+    """The labels that let `reap` decide whether a sandbox's owner is still alive."""
+    labels = {LABEL: "1", LABEL_OWNER_PID: str(os.getpid()),
+              LABEL_OWNER_HOST: socket.gethostname(), LABEL_CREATED: f"{time.time():.3f}"}
+    if pool:
+        labels[LABEL_POOL] = pool
+    return labels
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Sandbox(abc.ABC):
+    """An isolated workdir plus limited command execution. Use as a context manager or call
+    `close()` (idempotent). Relative paths are relative to `workdir`."""
+
+    backend: str = ""
+
+    def __init__(self, *, workdir: str, max_output: int = DEFAULT_MAX_OUTPUT) -> None:
+        self.id = new_id()
+        self.workdir = workdir
+        self.max_output = max_output
+        self.labels: dict[str, str] = {}
+        self.created = time.time()
+        self._closed = False
+
+    # -- commands ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def exec(self, cmd: str | list[str], timeout: float | None = 30, cwd: str | None = None,
+             env: dict[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
+        """Run `cmd` (a shell string, or an argv list) in the sandbox. A command past
+        `timeout` seconds is killed with its whole process tree (`timed_out=True`)."""
+
+    # -- files -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def write_file(self, path: str, data: str | bytes, mode: int | None = None) -> None:
+        """Create or replace a file (parent directories are created)."""
+
+    @abc.abstractmethod
+    def read_file(self, path: str) -> bytes:
+        """A file's bytes; `FileNotFoundError` if it does not exist."""
+
+    @abc.abstractmethod
+    def upload(self, src: str | Path, dest: str | None = None) -> None:
+        """Copy a host file or directory into the sandbox (`dest` defaults to the workdir)."""
+
+    @abc.abstractmethod
+    def download(self, src: str, dest: str | Path) -> None:
+        """Copy a sandbox file or directory to the host path `dest` (a directory)."""
+
+    # -- state -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def snapshot(self) -> Snapshot:
+        """Save the workdir's files, to `restore` later (much cheaper than a new sandbox)."""
+
+    @abc.abstractmethod
+    def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
+        """Put the workdir back as it was at `snap`; by default also kill every process the
+        sandbox's users started, so the next user finds it as new. A snapshot of another
+        sandbox raises `skyhub.errors.UsageError`."""
+
+    def alive(self) -> bool:
+        """Whether the sandbox still answers (a pool replaces those that don't)."""
+        try:
+            return self.exec("true", timeout=10).exit_code == 0
+        except Exception:
+            return False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def _close(self) -> None: ...
+
+    def close(self) -> None:
+        """Remove the sandbox and everything it made. Idempotent; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id} {'closed' if self._closed else self.workdir}>"
+
+    # -- helpers for backends ----------------------------------------------------------
+    def _path(self, path: str) -> str:
+        """An absolute path inside the sandbox for `path` (relative = under the workdir)."""
+        return posixpath.normpath(posixpath.join(self.workdir, str(path)))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            from skyhub.errors import SkyhubError
+
+            raise SkyhubError(f"sandbox {self.id} is closed; create a new one")
+
+
+def as_bytes(data: str | bytes) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)

@@ -1,0 +1,320 @@
+"""How DockerSandbox talks to its container: a persistent agent, or Docker's exec API.
+
+`AgentChannel` keeps one `python3 -u /opt/skyhub/agent.py` process per container, started
+with Docker's low-level exec API and attached through a hijacked socket. A request is one
+length-prefixed JSON message (the agent's own framing), so `exec("true")` costs a round trip
+plus a fork inside the container instead of a Docker exec (~70 ms).
+
+`ExecFallback` is for images without python3 (3.8+): every command is its own Docker exec
+(wrapped in `timeout -s KILL` when the image has it) and files go through the archive API.
+It works, but each call costs what a Docker exec costs; prefer an image with python3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import posixpath
+import select
+import socket
+import struct
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from skyhub.errors import InfraError
+from skyhub.sandbox import agent as _agent
+
+log = logging.getLogger(__name__)
+
+AGENT_PATH = "/opt/skyhub/agent.py"
+SNAPSHOT_DIR = _agent.SNAPSHOT_DIR
+_STDOUT, _STDERR = 1, 2
+
+
+class ChannelBroken(Exception):
+    """The agent's stream ended or failed (agent killed, container stopped, socket error)."""
+
+
+class ChannelTimeout(ChannelBroken):
+    """The agent did not answer in time (it should have enforced the command's timeout)."""
+
+
+class _Demux:
+    """Reads Docker's multiplexed attach stream (8-byte headers: stream type, 3 zero bytes,
+    4-byte big-endian size), keeping stdout bytes and logging stderr frames."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.raw = bytearray()
+        self.out = bytearray()
+
+    def _fill(self) -> None:
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except TimeoutError as e:
+            raise ChannelTimeout("no reply from the agent in time") from e
+        except OSError as e:
+            raise ChannelBroken(f"agent socket: {e!r}") from e
+        if not chunk:
+            raise ChannelBroken("agent stream ended")
+        self.raw += chunk
+
+    def _frame(self) -> None:
+        while len(self.raw) < 8:
+            self._fill()
+        kind, size = self.raw[0], struct.unpack(">I", self.raw[4:8])[0]
+        while len(self.raw) < 8 + size:
+            self._fill()
+        payload = bytes(self.raw[8:8 + size])
+        del self.raw[:8 + size]
+        if kind == _STDERR:
+            log.warning("sandbox agent stderr: %s", payload.decode("utf-8", "replace").rstrip())
+        else:
+            self.out += payload
+
+    def read(self, n: int) -> bytes:
+        while len(self.out) < n:
+            self._frame()
+        data = bytes(self.out[:n])
+        del self.out[:n]
+        return data
+
+
+class _Writer:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as e:
+            raise ChannelBroken(f"agent socket: {e!r}") from e
+
+    def flush(self) -> None:
+        pass
+
+
+class AgentChannel:
+    """One persistent agent process in a container. Not thread-safe: the sandbox holds a lock
+    around `request`."""
+
+    def __init__(self, api: Any, container_id: str, user: str, workdir: str) -> None:
+        exec_id = api.exec_create(container_id, ["python3", "-u", AGENT_PATH], stdin=True,
+                                  stdout=True, stderr=True, tty=False, user=user,
+                                  workdir=workdir, environment={"PYTHONDONTWRITEBYTECODE": "1"})
+        resp = api.exec_start(exec_id["Id"], socket=True)
+        self.sock: socket.socket = getattr(resp, "_sock", resp)
+        self._resp = resp
+        self._reader = _Demux(self.sock)
+        self._writer = _Writer(self.sock)
+        self.pid = 0
+        self.uid = -1
+        self._seq = 0
+
+    def stale(self) -> bool:
+        """Whether the stream has something to read while idle: the agent died (EOF) or wrote
+        out of turn. Either way the channel cannot be trusted for the next request."""
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(ready) or bool(self._reader.raw) or bool(self._reader.out)
+
+    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Send `req`, return the agent's reply to it. Anything but a well-formed reply that
+        echoes this request's id breaks the channel (the sandbox then restarts the agent)."""
+        self._seq += 1
+        self.sock.settimeout(timeout)
+        _agent.write_message(self._writer, dict(req, id=self._seq))
+        try:
+            reply = _agent.read_message(self._reader)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ChannelBroken(f"malformed reply from the agent: {e}") from e
+        if not isinstance(reply, dict) or reply.get("id") != self._seq:
+            raise ChannelBroken("the agent's reply does not answer this request")
+        return reply
+
+    def close(self) -> None:
+        for f in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close,
+                  self._resp.close):
+            with contextlib.suppress(Exception):
+                f()
+
+
+# ----------------------------------------------------------------------------- fallback
+class ExecFallback:
+    """Docker exec per command, archives for files: for images without python3. Slow (tens of
+    ms per call); `kill_all` and snapshots use sh, tar and /proc from the image."""
+
+    def __init__(self, api: Any, container_id: str, user: str, workdir: str,
+                 has_timeout: bool) -> None:
+        self.api, self.cid, self.user, self.workdir = api, container_id, user, workdir
+        self.has_timeout = has_timeout
+
+    def run(self, argv: list[str], *, timeout: float | None = 60, cwd: str | None = None,
+            env: dict[str, str] | None = None, stdin: bytes | None = None,
+            max_output: int = 1 << 20,
+            user: str | None = None) -> dict[str, Any]:
+        if timeout is not None and self.has_timeout:
+            argv = ["timeout", "-s", "KILL", f"{max(timeout, 0.001):.3f}", *argv]
+        import docker.errors
+
+        start = time.monotonic()
+        try:
+            exec_id = self.api.exec_create(
+                self.cid, argv, stdin=stdin is not None, stdout=True, stderr=True,
+                user=self.user if user is None else user, workdir=cwd or self.workdir,
+                environment=env)["Id"]
+            resp = self.api.exec_start(exec_id, socket=True)
+        except docker.errors.DockerException as e:
+            raise InfraError(f"Docker exec in sandbox container {self.cid[:12]} failed ({e}); "
+                             "if the container is gone, create a new sandbox") from e
+        sock = getattr(resp, "_sock", resp)
+        try:
+            if stdin is not None:
+                sock.sendall(stdin)
+                sock.shutdown(socket.SHUT_WR)
+            deadline = None if timeout is None else start + timeout + 10
+            out, err = _read_stream_split(sock, max_output, deadline)
+        finally:
+            sock.close()
+        info = self.api.exec_inspect(exec_id)
+        duration = time.monotonic() - start
+        code = info.get("ExitCode")
+        code = 137 if code is None else int(code)
+        timed_out = timeout is not None and code == 137 and duration >= timeout
+        return {"exit_code": code, "stdout": out, "stderr": err, "timed_out": timed_out,
+                "duration_s": duration}
+
+    def sh(self, script: str, *args: str, user: str | None = None) -> dict[str, Any]:
+        r = self.run(["sh", "-c", script, "sh", *args], timeout=600, user=user)
+        if r["exit_code"] != 0:
+            raise OSError(r["stderr"].decode("utf-8", "replace").strip() or f"{script!r} failed")
+        return r
+
+    def put(self, dest: str, tar: bytes) -> None:
+        """Extract `tar` into sandbox directory `dest` (created as the run user first)."""
+        self.sh('mkdir -p "$1"', dest)
+        self.api.put_archive(self.cid, dest, tar)
+
+    def archive(self, path: str) -> tuple[str, bytes]:
+        """Docker's tar of `path`, whose member names start with the basename (returned)."""
+        import docker.errors
+
+        try:
+            stream, _ = self.api.get_archive(self.cid, path)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(f"no such file in the sandbox: {path}") from None
+        return posixpath.basename(path), b"".join(stream)
+
+    def read(self, path: str) -> bytes:
+        name, data = self.archive(path)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.getmember(name)
+            if member.isdir():
+                raise IsADirectoryError(f"{path} is a directory")
+            f = tar.extractfile(member)
+            return f.read() if f else b""
+
+    def kill_all(self, keep: list[int]) -> None:
+        spare = " ".join(str(p) for p in [1, *keep])
+        self.sh('for d in /proc/[0-9]*; do p=${d#/proc/}; case " $0 $$ $PPID " in *" $p "*) ;; '
+                '*) kill -9 "$p" 2>/dev/null;; esac; done; true'.replace("$0", spare))
+
+    def snapshot(self, name: str, path: str) -> None:
+        self.sh('mkdir -p "$1" && tar -C "$2" -cf "$1/$3.tar" .', SNAPSHOT_DIR, path, name)
+
+    def restore(self, name: str, path: str) -> None:
+        self.sh('find "$2" -mindepth 1 -maxdepth 1 -exec rm -rf {} + && '
+                'tar -C "$2" -xf "$1/$3.tar"', SNAPSHOT_DIR, path, name)
+
+
+def _read_stream_split(sock: socket.socket, limit: int,
+                       deadline: float | None) -> tuple[bytes, bytes]:
+    """Read a multiplexed exec stream to its end, capping stdout and stderr separately."""
+    out, err = _agent._Capped(limit), _agent._Capped(limit)
+    raw = bytearray()
+    while True:
+        if deadline is not None:
+            sock.settimeout(max(deadline - time.monotonic(), 0.01))
+        try:
+            chunk = sock.recv(1 << 16)
+        except OSError:
+            break
+        if not chunk:
+            break
+        raw += chunk
+        while len(raw) >= 8:
+            size = struct.unpack(">I", raw[4:8])[0]
+            if len(raw) < 8 + size:
+                break
+            (err if raw[0] == _STDERR else out).add(bytes(raw[8:8 + size]))
+            del raw[:8 + size]
+    return out.value(), err.value()
+
+
+def tar_one(name: str, data: bytes, *, mode: int = 0o644, uid: int = 0, gid: int = 0) -> bytes:
+    """An in-memory tar holding one file (for Docker's put_archive)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.uid, info.gid = len(data), mode, uid, gid
+        info.mtime = int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def tar_dir_entry(name: str, *, mode: int = 0o755, uid: int = 0, gid: int = 0) -> bytes:
+    """An in-memory tar holding one directory entry: put_archive applies its owner and mode,
+    which is how a workdir is made writable without CAP_CHOWN in the container."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, mode, uid, gid
+        info.mtime = int(time.time())
+        tar.addfile(info)
+    return buf.getvalue()
+
+
+def _skip_unsafe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """tarfile's `data` filter, skipping (not failing on) links out of the tree, devices..."""
+    try:
+        return tarfile.data_filter(member, path)
+    except tarfile.FilterError:
+        log.warning("download: skipped %s (unsafe: link out of the tree or special file)",
+                    member.name)
+        return None
+
+
+def extract_as(data: bytes, prefix: str, name: str, dest: Path) -> None:
+    """Extract a sandbox's tar of one path (members named `prefix`, `prefix/...`) into host
+    directory `dest`: a file as `dest/name`, a directory's contents into `dest`. The content
+    is untrusted."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        top = next((m for m in tar.getmembers() if m.name == prefix), None)
+        if top is not None and top.isdir():
+            name = "."
+        members = []
+        for m in tar.getmembers():
+            if m.name == prefix or m.name.startswith(prefix + "/"):
+                m.name = name + m.name[len(prefix):]
+                members.append(m)
+        tar.extractall(dest, members=members, filter=_skip_unsafe)
+
+
+def agent_setup_tar() -> bytes:
+    """The agent and a root-owned snapshot directory, for images that are not skyhub's."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        snaps = tarfile.TarInfo(SNAPSHOT_DIR.lstrip("/"))
+        snaps.type, snaps.mode, snaps.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+        tar.addfile(snaps)
+        src = Path(_agent.__file__).read_bytes()
+        info = tarfile.TarInfo(AGENT_PATH.lstrip("/"))
+        info.size, info.mode, info.mtime = len(src), 0o644, int(time.time())
+        tar.addfile(info, io.BytesIO(src))
+    return buf.getvalue()

@@ -1,0 +1,126 @@
+"""skyhub's sandbox images: the Dockerfiles in `images/<name>/`, their tags, and how to build them.
+
+A tag's version is a short hash of the image directory's files and of `agent.py`, so any edit
+to a Dockerfile (or to the in-sandbox agent the image embeds) yields a new tag: a stale image
+is never used by mistake, and `build()` only builds what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from skyhub.errors import SandboxUnavailable
+
+IMAGES_DIR = Path(__file__).parent / "images"
+AGENT_FILE = Path(__file__).parent / "agent.py"
+BASE_IMAGE = "debian:bookworm-slim"
+#: name -> what the image is for (a directory `images/<name>/` holds its Dockerfile).
+IMAGES: dict[str, str] = {
+    "default": "python3, bash, coreutils, procps, git; user `sandbox`; workdir /work",
+}
+LABEL_IMAGE = "skyhub.image"
+
+
+def _image_dir(name: str) -> Path:
+    if name not in IMAGES:
+        raise ValueError(f"unknown skyhub image {name!r}; known: {sorted(IMAGES)}")
+    return IMAGES_DIR / name
+
+
+def _context_files(name: str) -> list[tuple[str, Path]]:
+    """(name in the build context, source file) for every file the image is built from."""
+    root = _image_dir(name)
+    files = [(p.relative_to(root).as_posix(), p) for p in sorted(root.rglob("*")) if p.is_file()]
+    return [*files, ("agent.py", AGENT_FILE)]
+
+
+def image_version(name: str = "default") -> str:
+    """A 12-hex-digit hash of what goes into the image (file names and contents)."""
+    h = hashlib.sha256()
+    for rel, path in _context_files(name):
+        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def image_tag(name: str = "default") -> str:
+    """The tag of skyhub's image `name`, e.g. `skyhub/default:3f2a9c0b1d7e`."""
+    return f"skyhub/{name}:{image_version(name)}"
+
+
+def _has_image(client: Any, ref: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def build(names: list[str] | None = None, *, quiet: bool = False,
+          client: Any = None) -> list[str]:
+    """Build the images in `names` (default: all) that are not built yet; return their tags.
+
+    The context is a temporary directory with the image directory's files and `agent.py`, so
+    Dockerfiles can `COPY agent.py`. Docker Hub may be unreachable: the base image must be
+    present locally (`bash scripts/services.sh` seeds it).
+    """
+    from skyhub.sandbox.docker import get_client
+
+    client = client or get_client()
+    say = (lambda _msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    tags = []
+    for name in names or list(IMAGES):
+        tag = image_tag(name)
+        tags.append(tag)
+        if _has_image(client, tag):
+            say(f"[images] {tag} is up to date")
+            continue
+        if not _has_image(client, BASE_IMAGE):
+            raise SandboxUnavailable(
+                f"cannot build {tag}: the base image {BASE_IMAGE} is missing and Docker Hub may be"
+                " unreachable; `bash scripts/services.sh` seeds it locally (debootstrap)")
+        say(f"[images] building {tag} ({IMAGES[name]})")
+        _build_one(client, name, tag, say)
+        say(f"[images] built {tag}")
+    return tags
+
+
+def _build_one(client: Any, name: str, tag: str, say: Any) -> None:
+    with tempfile.TemporaryDirectory(prefix="skyhub-image-") as ctx:
+        for rel, src in _context_files(name):
+            dest = Path(ctx) / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+        log: list[str] = []
+        stream = client.api.build(path=ctx, tag=tag, rm=True, forcerm=True, pull=False,
+                                  decode=True, labels={LABEL_IMAGE: name})
+        for chunk in stream:
+            if "error" in chunk:
+                tail = "".join(log[-20:])
+                raise SandboxUnavailable(
+                    f"building {tag} failed: {chunk['error'].strip()}\n{tail}\n"
+                    f"(Dockerfile: {_image_dir(name) / 'Dockerfile'}; apt inside the build needs"
+                    " Debian's mirror)")
+            line = chunk.get("stream") or chunk.get("status") or ""
+            if line.strip():
+                log.append(line if line.endswith("\n") else line + "\n")
+                if line.startswith("Step "):
+                    say(f"[images]   {line.strip()}")
+    if not _has_image(client, tag):
+        raise SandboxUnavailable(f"building {tag} reported success but the image is missing")
+
+
+__all__ = ["BASE_IMAGE", "IMAGES", "build", "image_tag", "image_version"]
+
+
+def is_built(tag: str, client: Any = None) -> bool:
+    """Whether the image `tag` exists in the local Docker daemon."""
+    from skyhub.sandbox.docker import get_client
+
+    return _has_image(client or get_client(), tag)

@@ -1,0 +1,500 @@
+"""The `local` sandbox backend: a scratch directory and subprocesses on this machine.
+
+Each sandbox is `<base>/sb-<id>/` (base: `$SKYHUB_SANDBOX_DIR`, else
+`<tempdir>/skyhub-sandboxes`, with `-<uid>` appended for non-root users) holding `work/` (the
+agent's workdir), `label.json` (owner pid, host, creation time, pool: what `reap` reads; kept
+outside the workdir so the agent cannot forge it), `snapshots/` and, without bubblewrap, `tmp/`.
+
+With `bwrap` each command runs in fresh namespaces: `--unshare-all` (only a private loopback,
+so host ports are unreachable, unless `network=True`), read-only /usr, /bin, /lib*, /etc, its
+own /proc, /dev and tmpfs /tmp, the workdir bound at `workdir` (/work), and a pid namespace
+whose death (end of the command, timeout, or our own death via `--die-with-parent`) kills
+every process in it. Background processes therefore never outlive the `exec` that started
+them. Without bwrap (`isolation="none"`, or "auto" when bwrap is missing, with a one-time
+warning) commands run on the host in the scratch dir: weak isolation, for development only.
+
+Which limits hold (verified on Debian 12, kernel 6.18, bwrap 0.8: as root, and as a plain
+user with and without bwrap):
+- memory: RLIMIT_AS = `memory_mb` (address space), always. Allocations past it fail
+  (MemoryError, malloc NULL), so a hog dies or exits non-zero; programs that reserve much
+  more virtual memory than they use (JVM, some Go/Rust runtimes) need a larger `memory_mb`.
+- processes (`pids`): RLIMIT_NPROC, which the kernel counts per real uid and ignores for
+  root. As root each sandbox therefore runs as its own unprivileged uid (1.9e9 + random),
+  which makes the count exactly the sandbox's processes and lets us kill them all. As
+  non-root with bwrap the limit is set inside the new user namespace (`prlimit`), where the
+  count is again just the sandbox's. As non-root without bwrap it is "your processes + pids":
+  best effort.
+- wall time: `exec(timeout=)` kills the process tree (with bwrap: the whole pid namespace).
+- cpus: the command is pinned to ceil(cpus) cores (sched_setaffinity); no CPU-time quota.
+- core dumps are off (RLIMIT_CORE=0). Disk use is not limited.
+File operations (`write_file`, `read_file`, `upload`, `download`) act on the scratch dir from
+the host, resolving symlinks as the sandbox would and refusing any path that leaves the workdir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import math
+import os
+import posixpath
+import random
+import resource
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from skyhub.errors import SandboxUnavailable, UsageError
+from skyhub.sandbox import agent
+from skyhub.sandbox import base as _b
+from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
+
+ENV_DIR = "SKYHUB_SANDBOX_DIR"
+LABEL_FILE = "label.json"
+LABEL_ID, LABEL_UID, LABEL_OWNER_START = "skyhub.id", "skyhub.uid", "skyhub.owner_start"
+MARKER_ENV = "SKYHUB_SANDBOX_ID"  # in every command's environment: finds its processes
+UID_BASE, UID_SPAN = 1_900_000_000, 1 << 24
+UNLABELED_GRACE_S = 60.0
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_RO_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_warned_weak = False
+_bwrap_checked: dict[bool, str] = {}  # as root? -> "" when bwrap works, else why not
+
+
+def base_dir() -> Path:
+    """Where scratch dirs live (per user when not root, so users never share one)."""
+    if os.environ.get(ENV_DIR):
+        return Path(os.environ[ENV_DIR])
+    suffix = "" if os.geteuid() == 0 else f"-{os.geteuid()}"
+    return Path(tempfile.gettempdir()) / f"skyhub-sandboxes{suffix}"
+
+
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _warn_weak(why: str) -> None:
+    global _warned_weak
+    if not _warned_weak:
+        _warned_weak = True
+        warnings.warn(f"skyhub local sandboxes run without isolation ({why}): commands see the "
+                      "host's files and network. Install bubblewrap (apt-get install "
+                      "bubblewrap) for real isolation.", RuntimeWarning, stacklevel=3)
+
+
+def _drop_to(uid: int | None) -> None:
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+
+def _bwrap_problem(bwrap: str, uid: int | None) -> str:
+    """Why bwrap cannot make namespaces here (e.g. user namespaces are disabled), or ""."""
+    key = uid is not None
+    if key not in _bwrap_checked:
+        try:
+            r = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/",
+                                "/", "true"], capture_output=True, timeout=30,
+                               preexec_fn=lambda: _drop_to(uid))
+            why = "" if r.returncode == 0 else r.stderr.decode(errors="replace").strip()
+        except (OSError, subprocess.SubprocessError) as e:
+            why = str(e)
+        _bwrap_checked[key] = why or ""
+    return _bwrap_checked[key]
+
+
+class LocalSandbox(Sandbox):
+    """A sandbox on this machine; see the module docstring for what isolates it and how."""
+
+    backend = "local"
+
+    def __init__(self, image: str | None = None, *, cpus: float = 1.0, memory_mb: int = 1024,
+                 network: bool = False, workdir: str = "/work", pids: int = _b.DEFAULT_PIDS,
+                 max_output: int = _b.DEFAULT_MAX_OUTPUT, pool: str | None = None,
+                 isolation: str = "auto") -> None:
+        if image is not None:
+            raise ValueError(f"the local sandbox backend runs commands on this host's own system "
+                             f"and cannot use image {image!r}; pass image=None, or use "
+                             "backend='docker' for images")
+        if isolation not in ("auto", "bwrap", "none"):
+            raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', not {isolation!r}")
+        if not posixpath.isabs(workdir):
+            raise ValueError(f"workdir must be an absolute path, not {workdir!r}")
+        super().__init__(workdir=posixpath.normpath(workdir), max_output=max_output)
+        self.cpus, self.memory_mb, self.network, self.pids = cpus, memory_mb, network, pids
+        self.uid = _free_uid() if os.geteuid() == 0 else None
+        self.bwrap = find_bwrap() if isolation != "none" else None
+        problem = "bwrap is not on the PATH" if self.bwrap is None and isolation != "none" else (
+            _bwrap_problem(self.bwrap, self.uid) if self.bwrap else "")
+        if problem and isolation == "bwrap":
+            raise SandboxUnavailable(f"local sandbox with isolation='bwrap': {problem}. Install "
+                                     "bubblewrap (apt-get install bubblewrap) and allow user "
+                                     "namespaces, or pass isolation='none'")
+        if problem or isolation == "none":
+            self.bwrap = None
+            _warn_weak(problem or "isolation='none'")
+        self.isolation = "bwrap" if self.bwrap else "none"
+        self.prlimit = shutil.which("prlimit") if self.bwrap else None
+        self._root = _make_base() / self.id
+        self._work, self._snaps = self._root / "work", self._root / "snapshots"
+        self._root.mkdir(mode=0o711)
+        self.labels = {**_b.owner_labels(pool), LABEL_ID: self.id, LABEL_UID: str(self.uid or ""),
+                       LABEL_OWNER_START: str(_start_time(os.getpid()))}
+        (self._root / "label.tmp").write_text(json.dumps(self.labels, indent=1))
+        (self._root / "label.tmp").replace(self._root / LABEL_FILE)  # complete or absent
+        self._snaps.mkdir(mode=0o700)
+        own = [self._work] if self.bwrap else [self._work, self._root / "tmp"]
+        for d in own:
+            d.mkdir(mode=0o700)
+            if self.uid is not None:
+                os.chown(d, self.uid, self.uid)
+        if self.bwrap is None:
+            self.workdir = str(self._work)
+        cores = sorted(os.sched_getaffinity(0))
+        n, start = max(1, math.ceil(cpus)), random.randrange(len(cores))
+        self._cores = None if n >= len(cores) else {cores[(start + i) % len(cores)]
+                                                     for i in range(n)}
+
+    # -- commands ----------------------------------------------------------------------
+    def exec(self, cmd: str | list[str], timeout: float | None = 30, cwd: str | None = None,
+             env: dict[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
+        self._check_open()
+        inside = self._path(cwd) if cwd else self.workdir
+        full_env = {"PATH": PATH, "HOME": self.workdir, "LANG": "C.UTF-8", "USER": "sandbox",
+                    "LOGNAME": "sandbox", "TMPDIR": "/tmp" if self.bwrap else str(
+                        self._root / "tmp"), **(env or {}), MARKER_ENV: self.id}
+        if self.bwrap:
+            wrap, host_cwd = self._bwrap_argv(inside), "/"
+        else:
+            wrap, host_cwd = None, os.path.join(self._work, *self._resolve(inside))
+        r = agent.run_command(cmd, timeout=timeout, cwd=host_cwd, env=full_env,
+                              stdin=None if stdin is None else as_bytes(stdin),
+                              max_output=self.max_output, preexec_fn=self._limits(), wrap=wrap)
+        return ExecResult.from_agent(r)
+
+    def _bwrap_argv(self, cwd: str) -> list[str]:
+        argv = [str(self.bwrap), "--unshare-all", *(["--share-net"] if self.network else []),
+                "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        for d in _RO_DIRS:
+            if os.path.islink(d):
+                argv += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                argv += ["--ro-bind", d, d]
+        if self.network:
+            argv += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                 "--bind", str(self._work), self.workdir, "--chdir", cwd]
+        if self.prlimit:  # in the new user namespace NPROC counts only the sandbox's tasks
+            argv += [self.prlimit, f"--nproc={self.pids}", "--"]
+        return argv
+
+    def _limits(self) -> Callable[[], None]:
+        """The preexec_fn that applies rlimits, CPU pinning and the sandbox uid."""
+        mem, uid, cores = self.memory_mb << 20, self.uid, self._cores
+        if uid is not None:
+            nproc: int | None = self.pids + (2 if self.bwrap else 0)  # bwrap's own two
+        elif self.bwrap and self.prlimit:
+            nproc = None
+        else:
+            nproc = self.pids + sum(u == os.getuid() for u in _proc_uids().values())
+
+        def apply() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if nproc is not None:
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            if cores:
+                os.sched_setaffinity(0, cores)
+            _drop_to(uid)
+
+        return apply
+
+    # -- files -------------------------------------------------------------------------
+    def _resolve(self, path: str) -> list[str]:
+        """`path`'s components below the workdir after following symlinks the way the
+        sandbox would (absolute targets are sandbox paths); ValueError if it leaves it."""
+        outside = ValueError(f"{path!r} is outside the workdir {self.workdir}: local "
+                             "sandboxes only expose their workdir to file operations")
+
+        def below(full: str) -> list[str]:
+            rel = posixpath.relpath(posixpath.normpath(full), self.workdir)
+            if rel == ".." or rel.startswith("../"):
+                raise outside
+            return rel.split("/")
+
+        todo, done, hops = below(self._path(path)), [], 0
+        while todo:
+            name = todo.pop(0)
+            if name == "..":
+                if not done:
+                    raise outside
+                done.pop()
+            elif name not in ("", "."):
+                host = os.path.join(self._work, *done, name)
+                if not os.path.islink(host):
+                    done.append(name)
+                    continue
+                hops += 1
+                if hops > 40:
+                    raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
+                target = os.readlink(host)
+                if target.startswith("/"):
+                    todo, done = below(target) + todo, []
+                else:
+                    todo = target.split("/") + todo
+        return done
+
+    def _open_dir(self, parts: list[str], create: bool) -> int:
+        """A descriptor of the directory `parts`, opened one component at a time without
+        following symlinks, so a symlink swapped in after `_resolve` cannot redirect us."""
+        fd = os.open(self._work, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for name in parts:
+                if create:
+                    try:
+                        os.mkdir(name, 0o755, dir_fd=fd)
+                        if self.uid is not None:
+                            os.chown(name, self.uid, self.uid, dir_fd=fd, follow_symlinks=False)
+                    except FileExistsError:
+                        pass
+                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def write_file(self, path: str, data: str | bytes, mode: int | None = None) -> None:
+        self._check_open()
+        parts = self._resolve(path)
+        if not parts:
+            raise IsADirectoryError(errno.EISDIR, "the workdir is a directory", path)
+        dfd, tmp = self._open_dir(parts[:-1], create=True), f".skyhub-{_b.new_id('w')}"
+        try:  # a new file renamed into place: never writes through a (hard) link
+            try:
+                old = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False).st_mode & 0o7777
+            except FileNotFoundError:
+                old = 0o644
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                         dir_fd=dfd)
+            with os.fdopen(fd, "wb") as f:
+                f.write(as_bytes(data))
+                if self.uid is not None:
+                    os.fchown(fd, self.uid, self.uid)
+                os.fchmod(fd, old if mode is None else mode)
+            os.replace(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            os.close(dfd)
+
+    def read_file(self, path: str) -> bytes:
+        self._check_open()
+        parts = self._resolve(path)
+        dfd = self._open_dir(parts[:-1], create=False)
+        try:
+            fd = os.open(parts[-1] if parts else ".", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+                         dir_fd=dfd)
+        finally:
+            os.close(dfd)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block us forever
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            return f.read()
+
+    def upload(self, src: str | Path, dest: str | None = None) -> None:
+        """A directory's contents go into `dest`; a file goes to `dest/<its name>`."""
+        self._check_open()
+        src = Path(src)
+        if not src.exists():
+            raise FileNotFoundError(errno.ENOENT, "no such file to upload", str(src))
+        parts = self._resolve(dest or self.workdir)
+        os.close(self._open_dir(parts, create=True))
+        target = os.path.join(self._work, *parts)
+        data = agent.tar_bytes(str(src), arcname="." if src.is_dir() else src.name)
+        agent.untar_bytes(data, target)  # refuses members that would land outside `target`
+        if self.uid is not None:
+            top = target if src.is_dir() else os.path.join(target, src.name)
+            for d, dirs, files in os.walk(top):
+                for name in [d, *(os.path.join(d, n) for n in dirs + files)]:
+                    os.chown(name, self.uid, self.uid, follow_symlinks=False)
+
+    def download(self, src: str, dest: str | Path) -> None:
+        """A directory's contents go into the host directory `dest`; a file to
+        `dest/<its name>`."""
+        self._check_open()
+        host = os.path.join(self._work, *self._resolve(src))
+        if not os.path.lexists(host):
+            raise FileNotFoundError(errno.ENOENT, "no such path in the sandbox", src)
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        if os.path.isdir(host):
+            shutil.copytree(host, dest, symlinks=True, dirs_exist_ok=True)
+        else:
+            shutil.copy2(host, Path(dest) / posixpath.basename(self._path(src)))
+
+    # -- state -------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        self._check_open()
+        snap = Snapshot(_b.new_id("snap"), self.id)
+        agent.snapshot_dir(str(self._work), str(self._snaps / f"{snap.id}.tar"))
+        return snap
+
+    def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
+        self._check_open()
+        tar = self._snaps / f"{snap.id}.tar"
+        if snap.sandbox_id != self.id or not tar.is_file():
+            raise UsageError(f"snapshot {snap.id} was not taken by sandbox {self.id}; "
+                              "restore it on the sandbox that took it")
+        if kill_processes:
+            self.kill_processes()
+        agent.restore_dir(str(self._work), str(tar))
+
+    def kill_processes(self) -> None:
+        """SIGKILL every process this sandbox's commands started."""
+        _kill_sandbox(self.id, self.uid)
+
+    def _close(self) -> None:
+        if hasattr(self, "_root"):
+            self.kill_processes()
+            _rmtree(self._root)
+
+
+# ------------------------------------------------------------------ helpers, listing, reaping
+def _make_base() -> Path:
+    base = base_dir()
+    base.mkdir(mode=0o711, parents=True, exist_ok=True)
+    st = os.lstat(base)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
+        raise SandboxUnavailable(f"{base} is not a directory owned by uid {os.geteuid()}; "
+                                 f"remove it or set {ENV_DIR} to a directory you own")
+    if os.geteuid() == 0:  # sandbox uids must reach their workdir below it
+        os.chmod(base, 0o711)
+        for p in base.parents:
+            if not os.stat(p).st_mode & stat.S_IXOTH:
+                raise SandboxUnavailable(f"{p} is not searchable by other users, so sandbox "
+                                         f"uids cannot reach {base}; set {ENV_DIR} elsewhere "
+                                         "(e.g. under /tmp)")
+    return base
+
+
+def _start_time(pid: int) -> int:
+    """A process's start time in clock ticks (tells a reused pid from its first owner)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _proc_uids() -> dict[int, int]:
+    """pid -> real uid of every live process (zombies are dead: nothing to kill, and an init
+    that reaps slowly may keep them around)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                if fields["State"].split()[0] != "Z":
+                    out[int(entry)] = int(fields["Uid"].split()[0])
+            except (OSError, ValueError, KeyError, IndexError):
+                pass
+    return out
+
+
+def _free_uid() -> int:
+    taken = set(_proc_uids().values()) | {s["uid"] for s in list_sandboxes()}
+    while True:
+        uid = UID_BASE + random.randrange(UID_SPAN)
+        if uid not in taken:
+            return uid
+
+
+def _kill_sandbox(sandbox_id: str, uid: int | None) -> None:
+    """Kill the processes whose environment carries the sandbox's marker (with bwrap, its
+    `bwrap` parents: their death ends the namespace) and, as root, everything running as
+    the sandbox's uid, via kill(-1) from that uid: atomic, so even a fork bomb goes."""
+    marker = f"{MARKER_ENV}={sandbox_id}".encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        agent.kill_tree(int(entry))
+            except OSError:
+                pass
+    if uid is None or os.geteuid() != 0:
+        return
+    for _ in range(20):
+        if uid not in _proc_uids().values():
+            return
+        subprocess.run(["/bin/sh", "-c", "kill -9 -1"], preexec_fn=lambda: _drop_to(uid),
+                       capture_output=True, timeout=30)
+        time.sleep(0.05)
+
+
+def _rmtree(path: Path) -> None:
+    def fix(func: object, p: str, exc: object) -> None:  # a dir the sandbox made read-only
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=fix)
+
+
+def list_sandboxes() -> list[dict]:
+    """Every local sandbox's labels on this machine (any owner), as dicts with `id`, `path`,
+    `owner_pid`, `owner_host`, `created`, `pool`, `uid`, `owner_alive`."""
+    base = base_dir()
+    out: list[dict] = []
+    if not base.is_dir():
+        return out
+    for d in sorted(base.glob("sb-*")):
+        try:
+            labels = json.loads((d / LABEL_FILE).read_text())
+        except (OSError, ValueError):
+            if not d.is_dir():
+                continue
+            # no label yet: maybe being created right now, so it counts as a minute younger
+            labels = {_b.LABEL_CREATED: str(d.stat().st_mtime + UNLABELED_GRACE_S)}
+        pid, start = int(labels.get(_b.LABEL_OWNER_PID, 0)), labels.get(LABEL_OWNER_START, "-1")
+        alive = pid > 0 and _b.pid_alive(pid) and start in ("-1", str(_start_time(pid)))
+        uid = labels.get(LABEL_UID)
+        out.append({"id": d.name, "path": str(d), "owner_pid": pid, "owner_alive": alive,
+                    "owner_host": labels.get(_b.LABEL_OWNER_HOST), "labels": labels,
+                    "pool": labels.get(_b.LABEL_POOL), "uid": int(uid) if uid else None,
+                    "created": float(labels.get(_b.LABEL_CREATED, 0))})
+    return out
+
+
+def reap(older_than_s: float = 0.0, dry_run: bool = False) -> list[str]:
+    """Remove scratch dirs (and kill the processes) of sandboxes whose owner died on this
+    host more than `older_than_s` seconds after they were made; returns their ids."""
+    host, now, removed = socket.gethostname(), time.time(), []
+    for s in list_sandboxes():
+        foreign = s["owner_host"] not in (None, host)
+        if foreign or s["owner_alive"] or now - s["created"] < older_than_s:
+            continue
+        if not dry_run:
+            _kill_sandbox(s["id"], s["uid"])
+            _rmtree(Path(s["path"]))
+        removed.append(s["id"])
+    return removed
+
+
+__all__ = ["LocalSandbox", "base_dir", "list_sandboxes", "reap"]
