@@ -38,6 +38,20 @@ def timed(fn: Callable[[], object], n: int, warmup: int = 1) -> list[float]:
     return out
 
 
+def fresh_sandbox_times(backend: str, n: int) -> list[float]:
+    """Seconds from `create` to the first `exec("true")` returning (removal is not timed)."""
+    from skyhub.sandbox import create
+
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        sb = create(backend=backend)
+        sb.exec("true")
+        out.append(time.perf_counter() - t)
+        sb.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=15, help="samples per reset variant")
@@ -53,15 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     with Progress(transient=True) as progress:
         bar = progress.add_task("sandbox_reset", total=6)
 
-        # fresh container: create + first exec (removal, done after, is not timed)
-        samples = []
-        for _ in range(args.n):
-            t = time.perf_counter()
-            sb = create(backend="docker")
-            sb.exec("true")
-            samples.append(time.perf_counter() - t)
-            sb.close()
-        ms["fresh container"] = samples
+        ms["fresh container"] = fresh_sandbox_times("docker", args.n)
         progress.advance(bar)
 
         with Pool(size=4, backend="docker") as pool:
@@ -92,14 +98,7 @@ def main(argv: list[str] | None = None) -> None:
             ms["snapshot restore (100 changed files)"] = restores
         progress.advance(bar)
 
-        local = []
-        for _ in range(args.n):
-            t = time.perf_counter()
-            sb = create(backend="local")
-            sb.exec("true")
-            local.append(time.perf_counter() - t)
-            sb.close()
-        ms["local backend (bubblewrap)"] = local
+        ms["local backend (bubblewrap)"] = fresh_sandbox_times("local", args.n)
         with create(backend="local") as sb:
             local_exec = timed(lambda: sb.exec("true"), max(args.exec_n // 2, 20), warmup=3)
         progress.advance(bar)

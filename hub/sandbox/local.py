@@ -42,11 +42,8 @@ import posixpath
 import random
 import resource
 import shutil
-import socket
 import stat
 import subprocess
-import tempfile
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -55,25 +52,29 @@ from skyhub.errors import SandboxUnavailable, UsageError
 from skyhub.sandbox import agent
 from skyhub.sandbox import base as _b
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
+from skyhub.sandbox.local_scratch import (
+    ENV_DIR,
+    LABEL_FILE,
+    LABEL_ID,
+    LABEL_OWNER_START,
+    LABEL_UID,
+    MARKER_ENV,
+    base_dir,
+    drop_to,
+    free_uid,
+    kill_sandbox,
+    list_sandboxes,
+    make_base,
+    proc_uids,
+    reap,
+    rmtree,
+    start_time,
+)
 
-ENV_DIR = "SKYHUB_SANDBOX_DIR"
-LABEL_FILE = "label.json"
-LABEL_ID, LABEL_UID, LABEL_OWNER_START = "skyhub.id", "skyhub.uid", "skyhub.owner_start"
-MARKER_ENV = "SKYHUB_SANDBOX_ID"  # in every command's environment: finds its processes
-UID_BASE, UID_SPAN = 1_900_000_000, 1 << 24
-UNLABELED_GRACE_S = 60.0
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RO_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 _warned_weak = False
 _bwrap_checked: dict[bool, str] = {}  # as root? -> "" when bwrap works, else why not
-
-
-def base_dir() -> Path:
-    """Where scratch dirs live (per user when not root, so users never share one)."""
-    if os.environ.get(ENV_DIR):
-        return Path(os.environ[ENV_DIR])
-    suffix = "" if os.geteuid() == 0 else f"-{os.geteuid()}"
-    return Path(tempfile.gettempdir()) / f"skyhub-sandboxes{suffix}"
 
 
 def find_bwrap() -> str | None:
@@ -89,13 +90,6 @@ def _warn_weak(why: str) -> None:
                       "bubblewrap) for real isolation.", RuntimeWarning, stacklevel=3)
 
 
-def _drop_to(uid: int | None) -> None:
-    if uid is not None:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-
-
 def _bwrap_problem(bwrap: str, uid: int | None) -> str:
     """Why bwrap cannot make namespaces here (e.g. user namespaces are disabled), or ""."""
     key = uid is not None
@@ -103,7 +97,7 @@ def _bwrap_problem(bwrap: str, uid: int | None) -> str:
         try:
             r = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/",
                                 "/", "true"], capture_output=True, timeout=30,
-                               preexec_fn=lambda: _drop_to(uid))
+                               preexec_fn=lambda: drop_to(uid))
             why = "" if r.returncode == 0 else r.stderr.decode(errors="replace").strip()
         except (OSError, subprocess.SubprocessError) as e:
             why = str(e)
@@ -130,7 +124,7 @@ class LocalSandbox(Sandbox):
             raise ValueError(f"workdir must be an absolute path, not {workdir!r}")
         super().__init__(workdir=posixpath.normpath(workdir), max_output=max_output)
         self.cpus, self.memory_mb, self.network, self.pids = cpus, memory_mb, network, pids
-        self.uid = _free_uid() if os.geteuid() == 0 else None
+        self.uid = free_uid() if os.geteuid() == 0 else None
         self.bwrap = find_bwrap() if isolation != "none" else None
         problem = "bwrap is not on the PATH" if self.bwrap is None and isolation != "none" else (
             _bwrap_problem(self.bwrap, self.uid) if self.bwrap else "")
@@ -143,11 +137,11 @@ class LocalSandbox(Sandbox):
             _warn_weak(problem or "isolation='none'")
         self.isolation = "bwrap" if self.bwrap else "none"
         self.prlimit = shutil.which("prlimit") if self.bwrap else None
-        self._root = _make_base() / self.id
+        self._root = make_base() / self.id
         self._work, self._snaps = self._root / "work", self._root / "snapshots"
         self._root.mkdir(mode=0o711)
         self.labels = {**_b.owner_labels(pool), LABEL_ID: self.id, LABEL_UID: str(self.uid or ""),
-                       LABEL_OWNER_START: str(_start_time(os.getpid()))}
+                       LABEL_OWNER_START: str(start_time(os.getpid()))}
         (self._root / "label.tmp").write_text(json.dumps(self.labels, indent=1))
         (self._root / "label.tmp").replace(self._root / LABEL_FILE)  # complete or absent
         self._snaps.mkdir(mode=0o700)
@@ -204,7 +198,7 @@ class LocalSandbox(Sandbox):
         elif self.bwrap and self.prlimit:
             nproc = None
         else:
-            nproc = self.pids + sum(u == os.getuid() for u in _proc_uids().values())
+            nproc = self.pids + sum(u == os.getuid() for u in proc_uids().values())
 
         def apply() -> None:
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -213,7 +207,7 @@ class LocalSandbox(Sandbox):
                 resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             if cores:
                 os.sched_setaffinity(0, cores)
-            _drop_to(uid)
+            drop_to(uid)
 
         return apply
 
@@ -363,138 +357,12 @@ class LocalSandbox(Sandbox):
 
     def kill_processes(self) -> None:
         """SIGKILL every process this sandbox's commands started."""
-        _kill_sandbox(self.id, self.uid)
+        kill_sandbox(self.id, self.uid)
 
     def _close(self) -> None:
         if hasattr(self, "_root"):
             self.kill_processes()
-            _rmtree(self._root)
+            rmtree(self._root)
 
 
-# ------------------------------------------------------------------ helpers, listing, reaping
-def _make_base() -> Path:
-    base = base_dir()
-    base.mkdir(mode=0o711, parents=True, exist_ok=True)
-    st = os.lstat(base)
-    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
-        raise SandboxUnavailable(f"{base} is not a directory owned by uid {os.geteuid()}; "
-                                 f"remove it or set {ENV_DIR} to a directory you own")
-    if os.geteuid() == 0:  # sandbox uids must reach their workdir below it
-        os.chmod(base, 0o711)
-        for p in base.parents:
-            if not os.stat(p).st_mode & stat.S_IXOTH:
-                raise SandboxUnavailable(f"{p} is not searchable by other users, so sandbox "
-                                         f"uids cannot reach {base}; set {ENV_DIR} elsewhere "
-                                         "(e.g. under /tmp)")
-    return base
-
-
-def _start_time(pid: int) -> int:
-    """A process's start time in clock ticks (tells a reused pid from its first owner)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return -1
-
-
-def _proc_uids() -> dict[int, int]:
-    """pid -> real uid of every live process (zombies are dead: nothing to kill, and an init
-    that reaps slowly may keep them around)."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/status") as f:
-                    fields = dict(line.split(":", 1) for line in f if ":" in line)
-                if fields["State"].split()[0] != "Z":
-                    out[int(entry)] = int(fields["Uid"].split()[0])
-            except (OSError, ValueError, KeyError, IndexError):
-                pass
-    return out
-
-
-def _free_uid() -> int:
-    taken = set(_proc_uids().values()) | {s["uid"] for s in list_sandboxes()}
-    while True:
-        uid = UID_BASE + random.randrange(UID_SPAN)
-        if uid not in taken:
-            return uid
-
-
-def _kill_sandbox(sandbox_id: str, uid: int | None) -> None:
-    """Kill the processes whose environment carries the sandbox's marker (with bwrap, its
-    `bwrap` parents: their death ends the namespace) and, as root, everything running as
-    the sandbox's uid, via kill(-1) from that uid: atomic, so even a fork bomb goes."""
-    marker = f"{MARKER_ENV}={sandbox_id}".encode()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if marker in f.read().split(b"\0"):
-                        agent.kill_tree(int(entry))
-            except OSError:
-                pass
-    if uid is None or os.geteuid() != 0:
-        return
-    for _ in range(20):
-        if uid not in _proc_uids().values():
-            return
-        subprocess.run(["/bin/sh", "-c", "kill -9 -1"], preexec_fn=lambda: _drop_to(uid),
-                       capture_output=True, timeout=30)
-        time.sleep(0.05)
-
-
-def _rmtree(path: Path) -> None:
-    def fix(func: object, p: str, exc: object) -> None:  # a dir the sandbox made read-only
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=fix)
-
-
-def list_sandboxes() -> list[dict]:
-    """Every local sandbox's labels on this machine (any owner), as dicts with `id`, `path`,
-    `owner_pid`, `owner_host`, `created`, `pool`, `uid`, `owner_alive`."""
-    base = base_dir()
-    out: list[dict] = []
-    if not base.is_dir():
-        return out
-    for d in sorted(base.glob("sb-*")):
-        try:
-            labels = json.loads((d / LABEL_FILE).read_text())
-        except (OSError, ValueError):
-            if not d.is_dir():
-                continue
-            # no label yet: maybe being created right now, so it counts as a minute younger
-            labels = {_b.LABEL_CREATED: str(d.stat().st_mtime + UNLABELED_GRACE_S)}
-        pid, start = int(labels.get(_b.LABEL_OWNER_PID, 0)), labels.get(LABEL_OWNER_START, "-1")
-        alive = pid > 0 and _b.pid_alive(pid) and start in ("-1", str(_start_time(pid)))
-        uid = labels.get(LABEL_UID)
-        out.append({"id": d.name, "path": str(d), "owner_pid": pid, "owner_alive": alive,
-                    "owner_host": labels.get(_b.LABEL_OWNER_HOST), "labels": labels,
-                    "pool": labels.get(_b.LABEL_POOL), "uid": int(uid) if uid else None,
-                    "created": float(labels.get(_b.LABEL_CREATED, 0))})
-    return out
-
-
-def reap(older_than_s: float = 0.0, dry_run: bool = False) -> list[str]:
-    """Remove scratch dirs (and kill the processes) of sandboxes whose owner died on this
-    host more than `older_than_s` seconds after they were made; returns their ids."""
-    host, now, removed = socket.gethostname(), time.time(), []
-    for s in list_sandboxes():
-        foreign = s["owner_host"] not in (None, host)
-        if foreign or s["owner_alive"] or now - s["created"] < older_than_s:
-            continue
-        if not dry_run:
-            _kill_sandbox(s["id"], s["uid"])
-            _rmtree(Path(s["path"]))
-        removed.append(s["id"])
-    return removed
-
-
-__all__ = ["LocalSandbox", "base_dir", "list_sandboxes", "reap"]
+__all__ = ["ENV_DIR", "LocalSandbox", "base_dir", "list_sandboxes", "reap"]

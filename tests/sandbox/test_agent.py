@@ -19,24 +19,8 @@ import pytest
 
 from skyhub.sandbox import agent
 
-
-def processes_with(text: str) -> list[int]:
-    """Pids whose command line contains `text` (how tests prove nothing was left running)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if text.encode() in f.read().replace(b"\0", b" "):
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
-def unique_seconds() -> str:
-    """A `sleep` argument no other process uses, to find our sleeps by command line."""
-    return f"{900 + uuid.uuid4().int % 9000}.{uuid.uuid4().int % 997 + 1}"
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from proc_helpers import processes_with, unique_seconds
 
 
 # ----------------------------------------------------------------------- run_command

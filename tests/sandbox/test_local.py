@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +26,9 @@ from skyhub.errors import SandboxUnavailable, SkyhubError
 from skyhub.sandbox import local
 from skyhub.sandbox.local import LocalSandbox
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from proc_helpers import processes_with, unique_seconds
+
 MADE: list[LocalSandbox] = []
 
 
@@ -35,25 +39,6 @@ def eventually_empty(find: Callable[[], list[int]], within_s: float = 3.0) -> li
     while (left := find()) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
-
-
-def processes_with(text: str) -> list[int]:
-    """Host pids whose command line contains `text`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if text.encode() in f.read().replace(b"\0", b" "):
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
-def unique_seconds() -> str:
-    """A `sleep` argument no other process uses, to find our sleeps by command line."""
-    return f"{900 + uuid.uuid4().int % 9000}.{uuid.uuid4().int % 997 + 1}"
 
 
 def sandbox_processes(sb: LocalSandbox) -> list[int]:

@@ -1,0 +1,173 @@
+"""Where local sandboxes live and how orphans are found: scratch directories, their labels,
+per-sandbox uids, and `list_sandboxes`/`reap` (what `skyhub sandbox reap` runs).
+
+A sandbox is `<base>/sb-<id>/` with a `label.json` beside its workdir (owner pid and start
+time, host, creation time, pool, uid); it is an orphan when that owner is no longer alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from skyhub.errors import SandboxUnavailable
+from skyhub.sandbox import agent
+from skyhub.sandbox import base as _b
+
+ENV_DIR = "SKYHUB_SANDBOX_DIR"
+LABEL_FILE = "label.json"
+LABEL_ID, LABEL_UID, LABEL_OWNER_START = "skyhub.id", "skyhub.uid", "skyhub.owner_start"
+MARKER_ENV = "SKYHUB_SANDBOX_ID"  # in every command's environment: finds its processes
+UID_BASE, UID_SPAN = 1_900_000_000, 1 << 24
+UNLABELED_GRACE_S = 60.0
+
+
+def base_dir() -> Path:
+    """Where scratch dirs live (per user when not root, so users never share one)."""
+    if os.environ.get(ENV_DIR):
+        return Path(os.environ[ENV_DIR])
+    suffix = "" if os.geteuid() == 0 else f"-{os.geteuid()}"
+    return Path(tempfile.gettempdir()) / f"skyhub-sandboxes{suffix}"
+
+
+def drop_to(uid: int | None) -> None:
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+
+def make_base() -> Path:
+    base = base_dir()
+    base.mkdir(mode=0o711, parents=True, exist_ok=True)
+    st = os.lstat(base)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
+        raise SandboxUnavailable(f"{base} is not a directory owned by uid {os.geteuid()}; "
+                                 f"remove it or set {ENV_DIR} to a directory you own")
+    if os.geteuid() == 0:  # sandbox uids must reach their workdir below it
+        os.chmod(base, 0o711)
+        for p in base.parents:
+            if not os.stat(p).st_mode & stat.S_IXOTH:
+                raise SandboxUnavailable(f"{p} is not searchable by other users, so sandbox "
+                                         f"uids cannot reach {base}; set {ENV_DIR} elsewhere "
+                                         "(e.g. under /tmp)")
+    return base
+
+
+def start_time(pid: int) -> int:
+    """A process's start time in clock ticks (tells a reused pid from its first owner)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def proc_uids() -> dict[int, int]:
+    """pid -> real uid of every live process (zombies are dead: nothing to kill, and an init
+    that reaps slowly may keep them around)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                if fields["State"].split()[0] != "Z":
+                    out[int(entry)] = int(fields["Uid"].split()[0])
+            except (OSError, ValueError, KeyError, IndexError):
+                pass
+    return out
+
+
+def free_uid() -> int:
+    taken = set(proc_uids().values()) | {s["uid"] for s in list_sandboxes()}
+    while True:
+        uid = UID_BASE + random.randrange(UID_SPAN)
+        if uid not in taken:
+            return uid
+
+
+def kill_sandbox(sandbox_id: str, uid: int | None) -> None:
+    """Kill the processes whose environment carries the sandbox's marker (with bwrap, its
+    `bwrap` parents: their death ends the namespace) and, as root, everything running as
+    the sandbox's uid, via kill(-1) from that uid: atomic, so even a fork bomb goes."""
+    marker = f"{MARKER_ENV}={sandbox_id}".encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        agent.kill_tree(int(entry))
+            except OSError:
+                pass
+    if uid is None or os.geteuid() != 0:
+        return
+    for _ in range(20):
+        if uid not in proc_uids().values():
+            return
+        subprocess.run(["/bin/sh", "-c", "kill -9 -1"], preexec_fn=lambda: drop_to(uid),
+                       capture_output=True, timeout=30)
+        time.sleep(0.05)
+
+
+def rmtree(path: Path) -> None:
+    def fix(func: object, p: str, exc: object) -> None:  # a dir the sandbox made read-only
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=fix)
+
+
+def list_sandboxes() -> list[dict]:
+    """Every local sandbox's labels on this machine (any owner), as dicts with `id`, `path`,
+    `owner_pid`, `owner_host`, `created`, `pool`, `uid`, `owner_alive`."""
+    base = base_dir()
+    out: list[dict] = []
+    if not base.is_dir():
+        return out
+    for d in sorted(base.glob("sb-*")):
+        try:
+            labels = json.loads((d / LABEL_FILE).read_text())
+        except (OSError, ValueError):
+            if not d.is_dir():
+                continue
+            # no label yet: maybe being created right now, so it counts as a minute younger
+            labels = {_b.LABEL_CREATED: str(d.stat().st_mtime + UNLABELED_GRACE_S)}
+        pid, start = int(labels.get(_b.LABEL_OWNER_PID, 0)), labels.get(LABEL_OWNER_START, "-1")
+        alive = pid > 0 and _b.pid_alive(pid) and start in ("-1", str(start_time(pid)))
+        uid = labels.get(LABEL_UID)
+        out.append({"id": d.name, "path": str(d), "owner_pid": pid, "owner_alive": alive,
+                    "owner_host": labels.get(_b.LABEL_OWNER_HOST), "labels": labels,
+                    "pool": labels.get(_b.LABEL_POOL), "uid": int(uid) if uid else None,
+                    "created": float(labels.get(_b.LABEL_CREATED, 0))})
+    return out
+
+
+def reap(older_than_s: float = 0.0, dry_run: bool = False) -> list[str]:
+    """Remove scratch dirs (and kill the processes) of sandboxes whose owner died on this
+    host more than `older_than_s` seconds after they were made; returns their ids."""
+    host, now, removed = socket.gethostname(), time.time(), []
+    for s in list_sandboxes():
+        foreign = s["owner_host"] not in (None, host)
+        if foreign or s["owner_alive"] or now - s["created"] < older_than_s:
+            continue
+        if not dry_run:
+            kill_sandbox(s["id"], s["uid"])
+            rmtree(Path(s["path"]))
+        removed.append(s["id"])
+    return removed
+
+
+__all__ = ["base_dir", "list_sandboxes", "reap"]
