@@ -1,0 +1,61 @@
+"""Spider and the variants that share its layout (Spider-Realistic, Spider-DK, Spider-Syn).
+
+Layout (the official release): `<split>.json` (a list of {db_id, question, query, ...}),
+`tables.json`, and `database/<db_id>/<db_id>.sqlite`. `split` names the question file:
+`dev` -> dev.json, `train` -> train_spider.json (+ train_others.json when present), `test` ->
+test.json, anything else -> `<split>.json` (e.g. `Spider-DK`, `spider-realistic`). Without
+`data_dir` or `$SKYHUB_DATA/spider`, split `dev` uses the bundled dev subset (19 databases,
+972 questions; CC BY-SA 4.0, see data/spider-dev-subset/SOURCE.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from skyhub.errors import DataNotFound
+from skyhub.task import Task, TaskSet
+
+from . import BUNDLED, SQLDataset, default_dir
+
+SPLIT_FILES = {"dev": ["dev.json"], "train": ["train_spider.json", "train_others.json"],
+               "test": ["test.json"]}
+BUNDLED_DIR = BUNDLED / "spider-dev-subset"
+
+
+def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "spider",
+         **_: object) -> SQLDataset:
+    root = default_dir(name, data_dir)
+    if root is None:
+        if split != "dev":
+            raise DataNotFound(
+                f"Spider split {split!r} is not bundled (only a dev subset is). Download Spider "
+                f"('skyhub data get spider', or the official release) and pass data_dir=... or "
+                f"set SKYHUB_DATA so that $SKYHUB_DATA/{name}/ holds "
+                f"{', '.join(SPLIT_FILES.get(split, [split + '.json']))}, tables.json and "
+                "database/")
+        root = BUNDLED_DIR
+    files = [root / f for f in SPLIT_FILES.get(split, [f"{split}.json"])]
+    found = [f for f in files if f.is_file()]
+    if not found or not (root / "database").is_dir():
+        raise DataNotFound(
+            f"Spider not found under {root} (looked for {', '.join(f.name for f in files)}, "
+            "tables.json, database/). Run 'skyhub data get spider' or pass data_dir=... "
+            "pointing at the unpacked release")
+    tasks, i = [], 0
+    for f in found:
+        for ex in json.loads(f.read_text(encoding="utf-8")):
+            tasks.append(Task(
+                id=f"{name}-{split}-{i}", prompt=ex["question"], answer=ex["query"],
+                meta={"db_id": ex["db_id"], "split": split, "question": ex["question"],
+                      "dataset": name, "external_knowledge": ""}))
+            i += 1
+
+    def db_path(db_id: str) -> Path:
+        p = root / "database" / db_id / f"{db_id}.sqlite"
+        if not p.is_file():
+            raise DataNotFound(f"database {db_id!r} not found at {p}; the Spider download must "
+                               "include database/<db_id>/<db_id>.sqlite")
+        return p
+
+    return SQLDataset(name, TaskSet(tasks, name=f"{name}-{split}"), db_path)

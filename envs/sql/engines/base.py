@@ -1,0 +1,80 @@
+"""The engine interface: run an agent's query against one database, safely and with limits.
+
+Every database's canonical copy is a SQLite file (that is how Spider, BIRD and SynSQL ship).
+An engine serves it in its own dialect and must guarantee, whatever the agent sends, that
+the canonical data is never modified, that a query stops at its time and row limits, and
+that the next episode sees the original database.
+"""
+
+from __future__ import annotations
+
+import abc
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class QueryResult:
+    """Rows as tuples; `error` is the message an agent sees for a failed query."""
+
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    error: str | None = None
+    truncated: bool = False  # more rows existed than `max_rows`
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Engine(abc.ABC):
+    """A database backend. `begin_episode(db)` gives a database the agent may use for one
+    episode (the canonical one, read-only, or a fresh clone); `execute` runs one statement."""
+
+    name = ""
+    dialect = ""  # what the prompt calls the engine, e.g. "SQLite"
+
+    def __init__(self, *, timeout_s: float = 5.0, max_rows: int = 10_000) -> None:
+        self.timeout_s = timeout_s
+        self.max_rows = max_rows
+
+    def begin_episode(self, db_id: str, sqlite_path: Path) -> None:  # noqa: B027 - optional
+        """Prepare `db_id` for a new episode (a clone, for engines whose agent may write)."""
+
+    @abc.abstractmethod
+    def execute(self, db_id: str, sqlite_path: Path, sql: str, *,
+                max_rows: int | None = None) -> QueryResult:
+        """Run one statement with the engine's limits; errors are returned, never raised."""
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release connections and per-episode databases. Idempotent."""
+
+
+def sqlite_schema(sqlite_path: Path, example_rows: int = 3) -> str:
+    """CREATE TABLE statements with a few example rows per table: how SkyRL-SQL shows a
+    database to the agent. Read from the canonical SQLite file for every engine."""
+    con = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True)
+    try:
+        con.text_factory = lambda b: b.decode("utf-8", errors="replace")
+        parts = []
+        for name, ddl in con.execute("SELECT name, sql FROM sqlite_master WHERE type='table' "
+                                     "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"):
+            parts.append((ddl or f"CREATE TABLE {name} (...)").strip() + ";")
+            if example_rows:
+                cur = con.execute(f'SELECT * FROM "{name}" LIMIT {int(example_rows)}')
+                cols = [d[0] for d in cur.description]
+                rows = cur.fetchall()
+                if rows:
+                    parts.append(f"/* {len(rows)} example rows of {name}:\n"
+                                 + "\n".join(" | ".join(_short(v) for v in r) for r in
+                                             [tuple(cols), *rows]) + "\n*/")
+        return "\n\n".join(parts)
+    finally:
+        con.close()
+
+
+def _short(v: object, limit: int = 40) -> str:
+    s = "NULL" if v is None else str(v).replace("\n", " ")
+    return s if len(s) <= limit else s[: limit - 3] + "..."
