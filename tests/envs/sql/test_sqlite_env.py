@@ -1,0 +1,143 @@
+"""sql-spider on SQLite: episodes, rewards, turn limits, and hostile queries that never
+change the canonical database."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import pytest
+
+import skyhub
+from skyhub.envs.sql.env import SQLEnv
+
+THINK = "<think>checking</think>"
+
+
+@pytest.fixture
+def env() -> Iterator[SQLEnv]:
+    with skyhub.make("sql-spider", timeout_s=1.0) as e:
+        yield e  # type: ignore[misc]
+
+
+def start(env: SQLEnv, db: str = "pets_1") -> str:
+    task = next(t for t in env.tasks if t.meta["db_id"] == db)
+    obs, info = env.reset(options={"task_id": task.id})
+    assert info["db_id"] == db
+    return obs
+
+
+def db_hashes(env: SQLEnv) -> dict[str, str]:
+    dbs = {t.meta["db_id"] for t in env.tasks}
+    return {d: hashlib.sha256(env.data.db_path(d).read_bytes()).hexdigest() for d in dbs}
+
+
+def test_first_observation_has_engine_schema_question_and_turns(env: SQLEnv) -> None:
+    obs = start(env)
+    assert "SQLite" in obs and "CREATE TABLE" in obs and "example rows" in obs
+    assert env.task is not None and env.task.prompt in obs and "You have 6 turns." in obs
+    assert "<solution>" in (env.system_prompt or "") and "50 rows" in (env.system_prompt or "")
+
+
+def test_sql_turn_returns_a_table_and_the_turns_left(env: SQLEnv) -> None:
+    start(env)
+    obs, reward, term, trunc, info = env.step(f"{THINK}<sql>SELECT count(*) FROM Student</sql>")
+    assert obs.startswith("<observation>") and obs.endswith("</observation>")
+    assert "34" in obs and "You have 5 turns left." in obs
+    assert (reward, term, trunc, info["sql_error"]) == (0.0, False, False, False)
+
+
+def test_result_is_cut_to_max_rows(env: SQLEnv) -> None:
+    start(env)
+    obs = env.step(f"{THINK}<sql>SELECT a.StuID FROM Student a, Student b</sql>")[0]
+    assert obs.count("\n") < 70 and "more rows" in obs
+
+
+def test_gold_solution_scores_one_and_wrong_scores_zero(env: SQLEnv) -> None:
+    start(env)
+    _, r, term, _, info = env.step(env.reference_action() or "")
+    assert (r, term, info["outcome"]) == (1.0, True, "success")
+    assert info["reward_breakdown"] == {"format": 0.0, "execution": 1.0}
+    start(env)
+    _, r, _, _, info = env.step(f"{THINK}<solution>SELECT 12345</solution>")
+    assert r == 0.0 and info["reward_breakdown"]["execution"] == 0.0
+
+
+def test_broken_format_scores_minus_one_under_skyrl_but_not_spider_exec() -> None:
+    for kind, expected in (("skyrl", -1.0), ("spider_exec", 1.0)):
+        with skyhub.make("sql-spider", reward=kind) as e:
+            start(e)  # type: ignore[arg-type]
+            gold = e.task.answer  # type: ignore[union-attr]
+            _, r, _, _, info = e.step(f"<solution>{gold}</solution>")  # no <think>
+            assert r == expected and info["reward_breakdown"]["format"] == -1.0
+            assert "no <think> block" in info["format_violations"]
+
+
+def test_malformed_turn_is_an_observation_and_costs_a_turn(env: SQLEnv) -> None:
+    start(env)
+    for bad in ("", "just prose", "<sql>SELECT 1", "<sql></sql>", "\x00\ud800"):
+        obs, r, term, trunc, _ = env.step(bad)
+        if term or trunc:
+            break
+        assert "Invalid turn" in obs and r == 0.0
+
+
+def test_running_out_of_turns_truncates_with_minus_one() -> None:
+    with skyhub.make("sql-spider", max_turns=2) as e:
+        start(e)  # type: ignore[arg-type]
+        obs, r, term, trunc, _ = e.step(f"{THINK}<sql>SELECT 1</sql>")
+        assert "This is the last one" in obs and not (term or trunc)
+        obs, r, term, trunc, info = e.step(f"{THINK}<sql>SELECT 2</sql>")
+        assert (obs, r, term, trunc) == ("", -1.0, False, True)
+        assert info["reward_breakdown"] == {"format": -1.0, "execution": 0.0}
+
+
+HOSTILE = {
+    "drop": "DROP TABLE Student",
+    "update": "UPDATE Student SET Age = 0",
+    "delete": "DELETE FROM Pets",
+    "insert": "INSERT INTO Pets VALUES (1, 'x', 1, 1)",
+    "attach": "ATTACH DATABASE '/tmp/evil.db' AS evil",
+    "pragma write": "PRAGMA writable_schema = 1",
+    "pragma query_only": "PRAGMA query_only = 0",
+    "vacuum into": "VACUUM INTO '/tmp/skyhub-copy.db'",
+    "load_extension": "SELECT load_extension('/tmp/x.so')",
+    "endless cte": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                   "SELECT count(*) FROM c",
+    "cross join": "SELECT count(*) FROM Student a, Student b, Student c, Student d, Student e, "
+                  "Student f WHERE a.Age + b.Age + c.Age + d.Age + e.Age + f.Age > 0",
+    "two statements": "SELECT 1; DROP TABLE Student",
+    "invalid utf-8": "SELECT '\udcff\udcfe'",
+    "nul": "SELECT 1\x00",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_query_is_contained_and_the_database_is_untouched(env: SQLEnv,
+                                                                  name: str) -> None:
+    before = db_hashes(env)
+    start(env)
+    obs, r, term, trunc, info = env.step(f"{THINK}<sql>{HOSTILE[name]}</sql>")
+    assert obs.startswith("<observation>") and not (term or trunc) and r == 0.0
+    assert info["sql_error"] is True, obs
+    if name in ("endless cte", "cross join"):
+        assert "interrupted" in obs
+    # the next episode sees the original database
+    start(env)
+    obs = env.step(f"{THINK}<sql>SELECT count(*) FROM Student</sql>")[0]
+    assert "34" in obs
+    assert db_hashes(env) == before
+
+
+def test_a_hostile_solution_scores_zero_without_breaking_anything(env: SQLEnv) -> None:
+    start(env)
+    _, r, term, _, info = env.step(f"{THINK}<solution>DROP TABLE Student</solution>")
+    assert (r, term, info["infra_error"]) == (0.0, True, False)
+    assert "readonly" in (info["solution_error"] or "")
+
+
+def test_sql_spider_passes_the_contract_checks() -> None:
+    from skyhub.checks import check_env
+
+    report = check_env("sql-spider", episodes=2)
+    assert report.ok, str(report)
