@@ -113,12 +113,18 @@ class SQLEnv(TextEnv):
         db = self.task.meta["db_id"]
         return self.engine.execute(db, self.data.db_path(db), sql, max_rows=max_rows)
 
+    def gold_sql(self) -> str:
+        """The gold query in the engine's dialect (datasets write it for SQLite)."""
+        assert self.task is not None
+        db = self.task.meta["db_id"]
+        return self.engine.from_sqlite(db, self.data.db_path(db), str(self.task.answer))
+
     def gold_result(self) -> QueryResult:
         """The gold query's result on this engine (cached per task)."""
         assert self.task is not None
         r = self._gold.get(self.task.id)
         if r is None:
-            r = self._gold[self.task.id] = self._run(str(self.task.answer), 100_000)
+            r = self._gold[self.task.id] = self._run(self.gold_sql(), 100_000)
         return r
 
     def _finish(self, solution: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -156,7 +162,8 @@ class SQLEnv(TextEnv):
     def reference_action(self) -> str | None:
         if self.task is None:
             return None
-        return f"<think>The gold query answers this.</think>\n<solution>{self.task.answer}</solution>"
+        return ("<think>The gold query answers this.</think>\n"
+                f"<solution>{self.gold_sql()}</solution>")
 
     def close(self) -> None:
         self.engine.close()

@@ -24,7 +24,9 @@ BUNDLED_DIR = BUNDLED / "spider-dev-subset"
 
 
 def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "spider",
-         **_: object) -> SQLDataset:
+         spider_dir: str | Path | None = None, **_: object) -> SQLDataset:
+    """Variants that ship no databases (Spider-Syn, Spider-Realistic) or only a few
+    (Spider-DK) find the rest in `spider_dir` (default `$SKYHUB_DATA/spider`)."""
     root = default_dir(name, data_dir)
     if root is None:
         if split != "dev":
@@ -37,25 +39,38 @@ def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "sp
         root = BUNDLED_DIR
     files = [root / f for f in SPLIT_FILES.get(split, [f"{split}.json"])]
     found = [f for f in files if f.is_file()]
-    if not found or not (root / "database").is_dir():
+    db_roots = [d for d in (root / "database", _spider_databases(spider_dir, root))
+                if d is not None and d.is_dir()]
+    if not found or not db_roots:
         raise DataNotFound(
             f"Spider not found under {root} (looked for {', '.join(f.name for f in files)}, "
-            "tables.json, database/). Run 'skyhub data get spider' or pass data_dir=... "
-            "pointing at the unpacked release")
+            "tables.json, database/; a variant without databases also looks in "
+            "$SKYHUB_DATA/spider/database or spider_dir=). Run 'skyhub data get spider' or "
+            "pass data_dir=... pointing at the unpacked release")
     tasks, i = [], 0
     for f in found:
         for ex in json.loads(f.read_text(encoding="utf-8")):
+            # Spider-Syn keeps the original as SpiderQuestion and its synonym version apart
+            question = ex.get("SpiderSynQuestion") or ex["question"]
             tasks.append(Task(
-                id=f"{name}-{split}-{i}", prompt=ex["question"], answer=ex["query"],
-                meta={"db_id": ex["db_id"], "split": split, "question": ex["question"],
+                id=f"{name}-{split}-{i}", prompt=question, answer=ex["query"],
+                meta={"db_id": ex["db_id"], "split": split, "question": question,
                       "dataset": name, "external_knowledge": ""}))
             i += 1
 
     def db_path(db_id: str) -> Path:
-        p = root / "database" / db_id / f"{db_id}.sqlite"
-        if not p.is_file():
-            raise DataNotFound(f"database {db_id!r} not found at {p}; the Spider download must "
-                               "include database/<db_id>/<db_id>.sqlite")
-        return p
+        for d in db_roots:
+            p = d / db_id / f"{db_id}.sqlite"
+            if p.is_file():
+                return p
+        raise DataNotFound(f"database {db_id!r} not found under {' or '.join(map(str, db_roots))}"
+                           "; the Spider download must include database/<db_id>/<db_id>.sqlite")
 
     return SQLDataset(name, TaskSet(tasks, name=f"{name}-{split}"), db_path)
+
+
+def _spider_databases(spider_dir: str | Path | None, root: Path) -> Path | None:
+    base = default_dir("spider", spider_dir)
+    if base is None or base.resolve() == root.resolve():
+        return None
+    return base / "database"

@@ -9,8 +9,10 @@ that the next episode sees the original database.
 from __future__ import annotations
 
 import abc
+import re
 import sqlite3
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -51,6 +53,11 @@ class Engine(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections and per-episode databases. Idempotent."""
 
+    def from_sqlite(self, db_id: str, sqlite_path: Path, sql: str) -> str:
+        """A query written for SQLite (every dataset's gold SQL) in this engine's dialect, as
+        far as a mechanical rewrite goes, so that the gold result is computed here too."""
+        return sql
+
 
 def sqlite_schema(sqlite_path: Path, example_rows: int = 3) -> str:
     """CREATE TABLE statements with a few example rows per table: how SkyRL-SQL shows a
@@ -78,3 +85,52 @@ def sqlite_schema(sqlite_path: Path, example_rows: int = 3) -> str:
 def _short(v: object, limit: int = 40) -> str:
     s = "NULL" if v is None else str(v).replace("\n", " ")
     return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+@lru_cache(maxsize=512)
+def sqlite_identifiers(sqlite_path: Path) -> frozenset[str]:
+    """Lower-cased table and column names of a SQLite file."""
+    con = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True)
+    try:
+        names = {n for (n,) in con.execute("SELECT name FROM sqlite_master")}
+        for t in list(names):
+            quoted = '"' + t.replace('"', '""') + '"'
+            names |= {c[1] for c in con.execute(f"PRAGMA table_info({quoted})")}
+        return frozenset(n.lower() for n in names if n)
+    finally:
+        con.close()
+
+
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`|--[^\n]*|/\*.*?\*/|[A-Za-z_]\w*",
+                    re.S)
+
+
+def standardize_sqlite_sql(sql: str, identifiers: frozenset[str] | set[str],
+                           reserved: frozenset[str] | set[str] = frozenset()) -> str:
+    """SQLite leniencies that standard SQL engines (DuckDB, PostgreSQL) reject or read
+    differently, rewritten: a double-quoted word that names no table or column and is no
+    alias is a string literal in SQLite ("France" -> 'France'); `backticks` quote identifiers,
+    and so do double quotes around a table or column named by a word the engine `reserved`
+    (lower case) but SQLite did not (a table `show`); LIKE ignores ASCII case in SQLite
+    (-> ILIKE)."""
+    prev = ""
+
+    def fix(m: re.Match[str]) -> str:
+        nonlocal prev
+        tok, last = m.group(0), prev
+        if tok[0] in "-/":
+            return tok
+        prev = tok.upper()
+        if tok[0] == "`":
+            return '"' + tok[1:-1].replace('"', '""') + '"'
+        if tok[0] == '"':
+            name = tok[1:-1].replace('""', '"')
+            if name.lower() in identifiers or last == "AS":
+                return tok
+            return "'" + name.replace("'", "''") + "'"
+        if prev == "LIKE":
+            return "ILIKE"
+        low = tok.lower()
+        return f'"{tok}"' if low in reserved and low in identifiers else tok
+
+    return _TOKEN.sub(fix, sql)

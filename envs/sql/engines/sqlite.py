@@ -3,7 +3,8 @@
 Safety comes from SQLite itself, not from inspecting the SQL text:
 - the file is opened `mode=ro` (and `immutable=1`: no locks, since nobody writes it), so
   DROP/UPDATE/INSERT fail with "attempt to write a readonly database";
-- an authorizer denies ATTACH/DETACH (no reaching other files), PRAGMA assignments and
+- an authorizer allows only reading: no ATTACH (other files), no TEMP tables/views/triggers
+  (they would shadow real tables for the gold query), no PRAGMA assignments, no
   `load_extension`; read-only PRAGMAs such as `table_info` stay allowed for exploration;
 - a progress handler interrupts a statement past `timeout_s` (a recursive CTE that never
   ends, a cross join of millions of rows);
@@ -19,7 +20,10 @@ from pathlib import Path
 
 from .base import Engine, QueryResult
 
-_DENY = {sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH}
+#: What a query may do: read. Everything else is denied, including TEMP tables, views and
+#: triggers, which the read-only file does not stop and which would shadow a real table for
+#: the gold query (a reward hack), and ATTACH (reaching other files).
+_ALLOW = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
 #: PRAGMAs that only read the schema: allowed with an argument (`table_info(t)`).
 _READ_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info",
                  "index_xinfo", "foreign_key_list"}
@@ -51,14 +55,14 @@ class SQLiteEngine(Engine):
 
     @staticmethod
     def _authorize(action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
-        if action in _DENY:
-            return sqlite3.SQLITE_DENY
-        if action == sqlite3.SQLITE_PRAGMA and arg2 is not None and \
-                (arg1 or "").lower() not in _READ_PRAGMAS:
-            return sqlite3.SQLITE_DENY  # PRAGMA x = y changes the connection
-        if action == _FUNC and arg2 == "load_extension":
-            return sqlite3.SQLITE_DENY
-        return sqlite3.SQLITE_OK
+        if action in _ALLOW:
+            return sqlite3.SQLITE_OK
+        if action == _FUNC:
+            return sqlite3.SQLITE_DENY if arg2 == "load_extension" else sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA and (
+                arg2 is None or (arg1 or "").lower() in _READ_PRAGMAS):
+            return sqlite3.SQLITE_OK  # PRAGMA x = y would change the connection
+        return sqlite3.SQLITE_DENY
 
     def _progress(self) -> int:
         return 1 if time.monotonic() > self._deadline else 0
@@ -79,6 +83,12 @@ class SQLiteEngine(Engine):
                     return QueryResult(error=f"query interrupted: it ran longer than "
                                        f"{self.timeout_s:g} s", timed_out=True)
                 return QueryResult(error=f"{e}")
+            except sqlite3.DatabaseError as e:
+                msg = str(e)
+                if "not authorized" in msg:
+                    msg += " (the database is read-only here: only SELECT queries and " \
+                           "read-only PRAGMAs such as table_info run)"
+                return QueryResult(error=msg)
             except (sqlite3.Error, UnicodeEncodeError, ValueError, OverflowError) as e:
                 # Warning: several statements; ProgrammingError; lone surrogates; NUL bytes
                 return QueryResult(error=f"{type(e).__name__}: {e}")

@@ -107,6 +107,9 @@ HOSTILE = {
     "cross join": "SELECT count(*) FROM Student a, Student b, Student c, Student d, Student e, "
                   "Student f WHERE a.Age + b.Age + c.Age + d.Age + e.Age + f.Age > 0",
     "two statements": "SELECT 1; DROP TABLE Student",
+    "temp table": "CREATE TEMP TABLE Student AS SELECT 1 AS StuID WHERE 0",
+    "temp view": "CREATE TEMP VIEW Pets AS SELECT 1 AS PetID",
+    "temp trigger": "CREATE TEMP TRIGGER t AFTER INSERT ON Pets BEGIN SELECT 1; END",
     "invalid utf-8": "SELECT '\udcff\udcfe'",
     "nul": "SELECT 1\x00",
 }
@@ -129,11 +132,18 @@ def test_hostile_query_is_contained_and_the_database_is_untouched(env: SQLEnv,
     assert db_hashes(env) == before
 
 
+def test_a_temp_table_cannot_shadow_the_table_the_gold_query_reads(env: SQLEnv) -> None:
+    start(env)
+    env.step(f"{THINK}<sql>CREATE TEMP TABLE Student AS SELECT 1 AS StuID WHERE 0</sql>")
+    _, r, _, _, info = env.step(env.reference_action() or "")
+    assert r == 1.0 and info["reward_breakdown"]["execution"] == 1.0
+
+
 def test_a_hostile_solution_scores_zero_without_breaking_anything(env: SQLEnv) -> None:
     start(env)
     _, r, term, _, info = env.step(f"{THINK}<solution>DROP TABLE Student</solution>")
     assert (r, term, info["infra_error"]) == (0.0, True, False)
-    assert "readonly" in (info["solution_error"] or "")
+    assert "read-only" in (info["solution_error"] or "")
 
 
 def test_sql_spider_passes_the_contract_checks() -> None:

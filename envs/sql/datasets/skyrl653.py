@@ -1,0 +1,160 @@
+"""SkyRL-SQL's training set: 653 questions (540 over SynSQL-2.5M databases, 113 over Spider's)
+that SkyRL-SQL-7B was trained on, plus its validation file (Spider dev, 1,034 questions).
+
+Format (NovaSky-AI/SkyRL-SQL-653-data-newfmt: `train.parquet`, `validation.parquet`), as
+SkyRL's skyrl-train/examples/text_to_sql/sql_dataset.py writes it and skyrl-gym's text2sql env
+reads it: `data_source`, `prompt` (chat messages; the user message is
+"{db_details}:<schema>;\\n {external_knowledge}: <knowledge>;\\n {question}: <question>"),
+`env_class` ("text2sql"), `reward_spec` {method, ground_truth: the gold SQL}, `db_id`, `data`
+(which database collection: "synsql", "spider" or "bird") and `extra_info` {split, index}.
+Not verifiable offline, so tolerated: `db_id`/`data` inside `extra_info`, `data_source` in place
+of `data`, and an OmniSQL-style prompt ("External Knowledge:\\n...\\n\\nQuestion:\\n...
+\\n\\nInstructions:"); a prompt in neither form is taken whole as the question.
+
+Databases resolve as skyrl-gym resolves them, `<collection dir>/<db_id>/<db_id>.sqlite`:
+synsql -> `synsql_dir` (default $SKYHUB_DATA/synsql, see synsql.py) `/databases`, spider ->
+`spider_dir` (default $SKYHUB_DATA/spider) `/database`, bird -> `bird_dir` (default
+$SKYHUB_DATA/bird) `/train_databases`. `db_root=` instead takes SkyRL's own DB_PATH (OmniSQL's
+unzipped `data/`: SynSQL-2.5M/databases, spider/database, bird/train/train_databases).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from skyhub.errors import DataNotFound
+from skyhub.task import Task, TaskSet
+
+from . import SQLDataset, default_dir
+from .synsql import find_root
+
+COLLECTIONS = ("synsql", "spider", "bird")
+GET = {"synsql": "skyhub data get synsql", "spider": "skyhub data get spider",
+       "bird": "skyhub data get bird-train"}
+
+
+def load(data_dir: str | Path | None = None, split: str = "train", name: str = "skyrl653",
+         synsql_dir: str | Path | None = None, spider_dir: str | Path | None = None,
+         bird_dir: str | Path | None = None, db_root: str | Path | None = None,
+         **_: object) -> SQLDataset:
+    """The `split` parquet (`train` or `validation`) with each row's database resolved."""
+    root = default_dir(name, data_dir)
+    file = root / f"{split}.parquet" if root is not None else None
+    if file is None or not file.is_file():
+        where = f"under {root}" if root is not None else f"(no data_dir, no $SKYHUB_DATA/{name}/)"
+        raise DataNotFound(
+            f"SkyRL-SQL-653 not found {where} (looked for {split}.parquet). Run 'skyhub data get "
+            "skyrl653' or pass data_dir=... pointing at a download of "
+            "NovaSky-AI/SkyRL-SQL-653-data-newfmt")
+    tasks, collections_of = [], {}
+    for i, row in enumerate(read_parquet(file)):
+        extra = row.get("extra_info") or {}
+        db_id = row.get("db_id") or extra.get("db_id")
+        collection = str(row.get("data") or extra.get("data") or row.get("data_source") or "")
+        collection = collection.lower()
+        if not db_id or collection not in COLLECTIONS:
+            raise ValueError(f"{file}: row {i} has db_id={db_id!r}, data={collection!r}; expected "
+                             f"a db_id and data in {COLLECTIONS}")
+        question, knowledge = parse_prompt(row.get("prompt"))
+        collections_of.setdefault(db_id, [])
+        if collection not in collections_of[db_id]:
+            collections_of[db_id].append(collection)
+        tasks.append(Task(
+            id=f"{name}-{split}-{i}", prompt=question, answer=_gold(row, file, i),
+            meta={"db_id": db_id, "split": split, "question": question, "dataset": name,
+                  "external_knowledge": knowledge, "collection": collection,
+                  "data_source": row.get("data_source")}))
+
+    used = {c for cs in collections_of.values() for c in cs}
+    dirs = {c: _collection_dir(c, synsql_dir, spider_dir, bird_dir, db_root) for c in used}
+    for c in sorted(used):
+        d = dirs[c]
+        if d is None or not d.is_dir():
+            n = sum(c in cs for cs in collections_of.values())
+            raise DataNotFound(
+                f"SkyRL-SQL-653 {split} uses {n} {c} databases, expected under "
+                f"{d or f'$SKYHUB_DATA/{c}/ (not set up)'}. Run '{GET[c]}' or pass "
+                f"{c}_dir=... (or db_root=... for SkyRL's DB_PATH, OmniSQL's data/ folder)")
+
+    def db_path(db_id: str) -> Path:
+        candidates = [dirs[c] / db_id / f"{db_id}.sqlite" for c in collections_of.get(db_id, [])
+                      if dirs.get(c) is not None]
+        for p in candidates:
+            if p.is_file():
+                return p
+        where = candidates[0] if candidates else f"any of {sorted(dirs)} collections"
+        raise DataNotFound(f"database {db_id!r} not found at {where}; SkyRL-SQL-653 needs the "
+                           "full database collections ('skyhub data ls' shows what is present)")
+
+    return SQLDataset(name, TaskSet(tasks, name=f"{name}-{split}"), db_path)
+
+
+def read_parquet(path: Path) -> list[dict[str, Any]]:
+    """The rows as dicts; nested columns (`prompt`, `reward_spec`) become lists and dicts.
+    DuckDB reads parquet natively, so no pyarrow or pandas is needed."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        cur = con.execute("SELECT * FROM read_parquet(?)", [str(path)])
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def parse_prompt(prompt: Any) -> tuple[str, str]:
+    """(question, external knowledge) from the row's last user message."""
+    messages = [m for m in (prompt or []) if isinstance(m, dict)]
+    users = [m for m in messages if m.get("role") == "user"] or messages
+    text = str(users[-1].get("content") or "") if users else ""
+    q = text.rfind("{question}:")
+    if q >= 0:
+        k = text.rfind("{external_knowledge}:", 0, q)
+        knowledge = text[k + len("{external_knowledge}:"):q] if k >= 0 else ""
+        return text[q + len("{question}:"):].strip(), _clean(knowledge)
+    q = text.rfind("Question:\n")
+    if q >= 0:
+        end = text.find("\n\nInstructions:", q)
+        question = text[q + len("Question:\n"):end if end >= 0 else None]
+        k = text.rfind("External Knowledge:\n", 0, q)
+        knowledge = text[k + len("External Knowledge:\n"):q] if k >= 0 else ""
+        return question.strip(), _clean(knowledge)
+    return text.strip(), ""
+
+
+def _clean(knowledge: str) -> str:
+    k = knowledge.strip()
+    k = k.removesuffix(";").strip()
+    return "" if k.lower() in ("none", "null") else k
+
+
+def _gold(row: dict[str, Any], file: Path, i: int) -> str:
+    spec = row.get("reward_spec") or {}
+    gold = spec.get("ground_truth") if isinstance(spec, dict) else None
+    gold = gold or row.get("sql")
+    if not gold:
+        raise ValueError(f"{file}: row {i} has no gold SQL (reward_spec.ground_truth)")
+    return str(gold)
+
+
+def _collection_dir(collection: str, synsql_dir: str | Path | None,
+                    spider_dir: str | Path | None, bird_dir: str | Path | None,
+                    db_root: str | Path | None) -> Path | None:
+    if db_root is not None:
+        base = Path(db_root).expanduser()
+        return base / {"synsql": "SynSQL-2.5M/databases", "spider": "spider/database",
+                       "bird": "bird/train/train_databases"}[collection]
+    if collection == "synsql":
+        root = find_root(synsql_dir)
+        return root / "databases" if root is not None else None
+    if collection == "spider":
+        root = default_dir("spider", spider_dir)
+        return root / "database" if root is not None else None
+    root = default_dir("bird", bird_dir)
+    if root is None:
+        return None
+    nested = root / "train" / "train_databases"
+    return nested if nested.is_dir() and not (root / "train_databases").is_dir() \
+        else root / "train_databases"

@@ -1,0 +1,431 @@
+"""The `duckdb` engine: the canonical SQLite files served by DuckDB, read-only.
+
+DuckDB's own SQLite reader (the sqlite_scanner extension) is downloaded on first use, which
+an offline machine cannot do, so each SQLite file is copied into a DuckDB database once and
+cached on disk (`cache_dir`, else `$SKYHUB_CACHE/duckdb`, else ~/.cache/skyhub/duckdb), named
+`<db_id>-<hash of the file's size and mtime>.duckdb`: a changed SQLite file gets a new copy.
+The copy is written under a temporary name and renamed, under a file lock, so concurrent
+processes never see half a database and build it once.
+
+Types: SQLite columns are dynamically typed, so a column's DuckDB type comes from its declared
+type *and* the values actually stored (`duck_type`); values that do not fit the declared type
+(text in an INTEGER column) make the column VARCHAR rather than fail or lose data.
+
+Safety, whatever the agent sends, comes from DuckDB itself:
+- the copy is opened `read_only`: DROP/UPDATE/INSERT/CREATE fail (and the canonical SQLite
+  file is never opened for writing at all);
+- `enable_external_access=false`: no ATTACH of files, COPY TO, read_csv('/etc/passwd'),
+  INSTALL/LOAD; extension autoloading is off and `lock_configuration` refuses SET/PRAGMA x=y,
+  so none of this can be switched back on; `temp_directory=''` never spills to disk;
+- each statement runs on a fresh connection (a cursor), so the TEMP objects it may create
+  (which would shadow real tables, for the gold query too) and open transactions vanish with
+  it; statements other than queries are refused with a clear message, as is more than one;
+- DuckDB has no statement timeout: a timer calls `interrupt()` after `timeout_s` (a recursive
+  CTE that never ends, a cross join of millions of rows), and `memory_limit` bounds the rest;
+- rows stream and are fetched up to `max_rows` (+1 to know the result was cut).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from skyhub.errors import InfraError
+
+from .base import Engine, QueryResult, sqlite_identifiers, standardize_sqlite_sql
+
+#: Bump when the copy changes (types, what is copied): old cache files are then ignored.
+FORMAT_VERSION = 1
+_CHUNK = 50_000  # rows per insert while copying
+#: Statement types that only read. Anything else could only touch the TEMP catalog (the
+#: database is read-only and the configuration locked), but refusing it says so plainly.
+_READ = {"SELECT", "EXPLAIN", "PRAGMA"}
+#: PRAGMAs that only read (others set options: refused, whatever the configuration lock).
+_READ_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "show_databases",
+                 "database_list", "database_size", "storage_info", "version", "platform",
+                 "functions", "collations", "show", "metadata_info", "user_agent"}
+#: Aggregate functions a Spider/BIRD gold query may use (the AST does not say which are).
+_AGGREGATES = {"count", "count_star", "sum", "avg", "min", "max", "total", "group_concat",
+               "string_agg", "median", "mean", "any_value", "arg_max", "arg_min", "list"}
+#: Words DuckDB reserves but SQLite does not (so Spider may name a table `show`).
+_RESERVED = frozenset({
+    "any", "array", "asymmetric", "both", "describe", "fetch", "lambda", "lateral", "leading",
+    "only", "pivot", "pivot_longer", "pivot_wider", "placing", "qualify", "show", "some",
+    "summarize", "symmetric", "trailing", "unpivot", "variadic"})
+_FITS = {"BIGINT": {"integer"}, "DOUBLE": {"integer", "real"}, "VARCHAR": {"text"},
+         "BLOB": {"blob"}}
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("SKYHUB_CACHE")
+    return (Path(env).expanduser() if env else Path.home() / ".cache" / "skyhub") / "duckdb"
+
+
+def cache_path(db_id: str, sqlite_path: Path, cache_dir: str | Path | None = None) -> Path:
+    """Where the DuckDB copy of `sqlite_path` lives; the name changes when the file does.
+    Size and mtime (not a content hash) so that a multi-GB BIRD file costs one stat."""
+    st = Path(sqlite_path).stat()
+    key = hashlib.sha256(f"{FORMAT_VERSION}:{st.st_size}:{st.st_mtime_ns}".encode())
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", db_id)
+    return cache_root(cache_dir) / f"{safe}-{key.hexdigest()[:16]}.duckdb"
+
+
+def duck_type(declared: str, stored: set[str]) -> str:
+    """A DuckDB type for a SQLite column declared `declared` holding values whose SQLite
+    `typeof` are `stored`. The declared type decides when the values fit it (INTEGER ->
+    BIGINT, REAL/FLOAT/DOUBLE/NUMERIC/DECIMAL -> DOUBLE, CHAR/TEXT/CLOB -> VARCHAR, BLOB ->
+    BLOB, by SQLite's affinity rules); otherwise, and for types SQLite gives no meaning to
+    (DATETIME, BOOL, none), the values decide; mixed values fall back to VARCHAR."""
+    d, stored = declared.upper(), stored - {"null"}
+    want: str | None = None
+    if "INT" in d:
+        want = "BIGINT"
+    elif any(k in d for k in ("CHAR", "CLOB", "TEXT")):
+        want = "VARCHAR"
+    elif "BLOB" in d:
+        want = "BLOB"
+    elif any(k in d for k in ("REAL", "FLOA", "DOUB", "NUMERIC", "DECIMAL")):
+        want = "DOUBLE"
+    if want is not None and stored <= _FITS[want]:
+        return want
+    if stored and want != "VARCHAR":
+        for t in ("BIGINT", "DOUBLE", "BLOB"):
+            if stored <= _FITS[t]:
+                return t
+    return "VARCHAR"
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _column(values: tuple) -> np.ndarray:
+    a = np.empty(len(values), dtype=object)
+    a[:] = values
+    return a
+
+
+def copy_sqlite(sqlite_path: Path, target: Path) -> None:
+    """Copy every table (and the views DuckDB can parse) of a SQLite file into a new DuckDB
+    database at `target`. Rows keep SQLite's scan order, so unordered queries list them in
+    the same order on both engines. Values reach DuckDB as numpy object columns (a scan,
+    not one INSERT per row: ~1M rows/s instead of a few thousand)."""
+    src = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True)
+    src.text_factory = lambda b: b.decode("utf-8", errors="replace")  # as the sqlite engine
+    dst = duckdb.connect(str(target), config={"threads": 1})
+    try:
+        master = src.execute("SELECT type, name, sql FROM sqlite_master WHERE type IN "
+                             "('table', 'view') AND name NOT LIKE 'sqlite_%' ORDER BY rowid")
+        objects = master.fetchall()
+        for kind, name, _ in objects:
+            if kind == "table":
+                with contextlib.suppress(sqlite3.OperationalError):  # e.g. an FTS module
+                    _copy_table(src, dst, name)
+        for kind, _, ddl in objects:
+            if kind == "view" and ddl:
+                with contextlib.suppress(duckdb.Error):  # a view in SQLite-only SQL
+                    dst.execute(ddl)
+        dst.execute("CHECKPOINT")
+    finally:
+        dst.close()
+        src.close()
+
+
+def _copy_table(src: sqlite3.Connection, dst: duckdb.DuckDBPyConnection, name: str) -> None:
+    cols = [(c[1], c[2] or "") for c in src.execute(f"PRAGMA table_info({_q(name)})")]
+    probe = ", ".join(f"group_concat(DISTINCT typeof({_q(c)}))" for c, _ in cols)
+    stored = src.execute(f"SELECT {probe} FROM {_q(name)}").fetchone() or ()
+    types = [duck_type(decl, set((s or "").split(","))) for (_, decl), s in
+             zip(cols, stored, strict=True)]
+    dst.execute(f"CREATE TABLE {_q(name)} ("
+                + ", ".join(f"{_q(c)} {t}" for (c, _), t in zip(cols, types, strict=True)) + ")")
+    # SQLite converts what does not already have the target's storage class
+    exprs = ", ".join(f"CAST({_q(c)} AS TEXT)" if t == "VARCHAR" else
+                      f"CAST({_q(c)} AS REAL)" if t == "DOUBLE" else _q(c)
+                      for (c, _), t in zip(cols, types, strict=True))
+    casts = ", ".join(f"c{i}::{t}" for i, t in enumerate(types))
+    cur = src.execute(f"SELECT {exprs} FROM {_q(name)}")
+    while rows := cur.fetchmany(_CHUNK):
+        columns = zip(*rows, strict=True)
+        dst.register("__skyhub_chunk", {f"c{i}": _column(v) for i, v in enumerate(columns)})
+        dst.execute(f"INSERT INTO {_q(name)} SELECT {casts} FROM __skyhub_chunk")
+        dst.unregister("__skyhub_chunk")
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with open(path, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_copy(db_id: str, sqlite_path: Path, cache_dir: str | Path | None = None) -> Path:
+    """The cached DuckDB copy of `sqlite_path`, built first if missing. The lock makes a
+    second process wait for the first one's copy instead of building its own; the rename
+    makes a copy appear whole or not at all (a crash leaves only a stray temp file)."""
+    final = cache_path(db_id, sqlite_path, cache_dir)
+    if final.is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(final.with_name(final.name + ".lock")):
+        if final.is_file():
+            return final
+        tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            copy_sqlite(Path(sqlite_path), tmp)
+            os.replace(tmp, final)
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+    return final
+
+
+class DuckDBEngine(Engine):
+    name = "duckdb"
+    dialect = "DuckDB"
+
+    def __init__(self, *, timeout_s: float = 5.0, max_rows: int = 10_000,
+                 cache_dir: str | Path | None = None, threads: int = 1,
+                 memory_limit: str = "512MB") -> None:
+        super().__init__(timeout_s=timeout_s, max_rows=max_rows)
+        self.cache_dir = cache_dir
+        self.config: dict[str, Any] = {
+            "enable_external_access": False, "autoload_known_extensions": False,
+            "autoinstall_known_extensions": False, "allow_community_extensions": False,
+            "threads": threads, "memory_limit": memory_limit, "temp_directory": "",
+            "lock_configuration": True}
+        self._dbs: dict[tuple[str, str], tuple[Path, duckdb.DuckDBPyConnection]] = {}
+        self._lock = threading.Lock()
+        self._parser: duckdb.DuckDBPyConnection | None = None
+
+    def _db(self, db_id: str, sqlite_path: Path, *, recheck: bool = False
+            ) -> duckdb.DuckDBPyConnection:
+        key = (db_id, str(sqlite_path))
+        held = self._dbs.get(key)
+        if held is not None and not recheck:
+            return held[1]
+        path = ensure_copy(db_id, sqlite_path, self.cache_dir)
+        if held is not None:
+            if held[0] == path:
+                return held[1]
+            held[1].close()  # the SQLite file changed since: serve the new copy
+        con = duckdb.connect(str(path), read_only=True, config=self.config)
+        self._dbs[key] = (path, con)
+        return con
+
+    def begin_episode(self, db_id: str, sqlite_path: Path) -> None:
+        """Nothing to reset (read-only, nothing outlives a statement); a stat notices a
+        changed SQLite file, and the first episode on a database builds its copy."""
+        with self._lock:
+            try:
+                self._db(db_id, sqlite_path, recheck=True)
+            except (OSError, sqlite3.Error, duckdb.Error) as e:
+                raise InfraError(f"no DuckDB copy of {sqlite_path}: {e}") from e
+
+    def from_sqlite(self, db_id: str, sqlite_path: Path, sql: str) -> str:
+        """SQLite's string literals in double quotes, case-blind LIKE and words DuckDB
+        reserves (`base.standardize_sqlite_sql`), and its bare columns and tie order in
+        aggregate queries (`rewrite_like_sqlite`), in DuckDB's terms."""
+        sql = standardize_sqlite_sql(sql, sqlite_identifiers(sqlite_path), _RESERVED)
+        with self._lock:
+            if self._parser is None:
+                self._parser = duckdb.connect(config=self.config)
+            return rewrite_like_sqlite(sql, self._parser)
+
+    def execute(self, db_id: str, sqlite_path: Path, sql: str, *,
+                max_rows: int | None = None) -> QueryResult:
+        limit = self.max_rows if max_rows is None else max_rows
+        if "\x00" in sql:  # as the other engines (DuckDB itself skips a NUL between tokens)
+            return QueryResult(error="the query contains a NUL character")
+        try:
+            sql.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return QueryResult(error=f"the query is not valid UTF-8 text ({e.reason} at "
+                               f"position {e.start})")
+        with self._lock:
+            try:
+                db = self._db(db_id, sqlite_path)
+            except (OSError, sqlite3.Error, duckdb.Error) as e:
+                # e.g. another engine of this process opened it with other threads/memory
+                # settings: DuckDB shares one instance per file and process
+                return QueryResult(error=f"database {db_id!r} is not available: {e}")
+            cur = db.cursor()
+            fired = threading.Event()
+
+            def stop() -> None:
+                fired.set()
+                with contextlib.suppress(duckdb.Error):  # the statement may just have ended
+                    cur.interrupt()
+
+            timer = threading.Timer(self.timeout_s, stop)
+            timer.daemon = True
+            try:
+                statements = cur.extract_statements(sql)
+                if not statements:
+                    return QueryResult()
+                if len(statements) > 1:
+                    return QueryResult(error="You can only execute one statement at a time.")
+                kind, second = statements[0].type.name, _second_word(statements[0].query)
+                if kind == "EXPLAIN" and second in ("analyze", "analyse"):
+                    kind = "EXPLAIN ANALYZE"  # which runs the statement it explains
+                elif kind == "PRAGMA" and second not in _READ_PRAGMAS:
+                    kind = "PRAGMA SET"
+                if kind not in _READ:
+                    return QueryResult(error=f"the database is read-only: only queries run "
+                                       f"here, and this is a {kind} statement")
+                timer.start()
+                cur.execute(statements[0])
+                rows = cur.fetchmany(limit + 1)
+                description = cur.description or []
+            except Exception as e:  # errors are the agent's observation, never raised
+                if fired.is_set():
+                    return QueryResult(error=f"query interrupted: it ran longer than "
+                                       f"{self.timeout_s:g} s", timed_out=True)
+                return QueryResult(error=_message(e))
+            finally:
+                timer.cancel()
+                cur.close()
+        columns = [d[0] for d in description]
+        nested = [i for i, d in enumerate(description) if _is_nested(str(d[1]))]
+        if nested:  # lists and structs are unhashable: rewards compare rows as sets
+            rows = [tuple(str(v) if i in nested and v is not None else v
+                          for i, v in enumerate(r)) for r in rows]
+        return QueryResult(columns, [tuple(r) for r in rows[:limit]],
+                           truncated=len(rows) > limit)
+
+    def close(self) -> None:
+        with self._lock:
+            for _, con in self._dbs.values():
+                con.close()
+            self._dbs.clear()
+            if self._parser is not None:
+                self._parser.close()
+                self._parser = None
+
+
+def _second_word(text: str) -> str:
+    """The statement's second token, lower case, comments skipped (DuckDB's tokenizer)."""
+    starts = [p for p, t in duckdb.tokenize(text) if t != duckdb.token_type.comment]
+    m = re.match(r"\w*", text[starts[1]:]) if len(starts) > 1 else None
+    return m.group(0).lower() if m else ""
+
+
+def _is_nested(type_name: str) -> bool:
+    return type_name.endswith("]") or type_name.startswith(("STRUCT", "MAP", "UNION"))
+
+
+def _message(e: BaseException) -> str:
+    if isinstance(e, duckdb.Error):
+        return str(e)
+    return "the result does not fit in memory" if isinstance(e, MemoryError) else \
+        f"{type(e).__name__}: {e}"
+
+
+def rewrite_like_sqlite(sql: str, con: duckdb.DuckDBPyConnection) -> str:
+    """Two SQLite behaviours of aggregate queries, rewritten on DuckDB's own syntax tree
+    (json_serialize_sql/json_deserialize_sql); a query that needs neither, or that DuckDB
+    cannot parse, comes back unchanged.
+
+    - Bare columns: SQLite lets an aggregate query select a column that is neither grouped
+      nor aggregated (`SELECT name, count(*) ... GROUP BY id`, common in Spider's gold SQL);
+      DuckDB refuses it. With exactly one min()/max() in the query SQLite takes the column
+      from the row holding that extreme (-> arg_min/arg_max), else from some row of the group
+      (-> any_value; exact whenever the column depends on the grouped key, as in Spider).
+    - Ties: `GROUP BY g ORDER BY count(*) DESC LIMIT 1` has several right answers when
+      counts tie. SQLite emits groups in key order and keeps it among ties (reversed under
+      DESC); DuckDB's order is arbitrary. The group keys are appended to ORDER BY in the
+      first key's direction, so DuckDB picks the row SQLite picks.
+    """
+    try:
+        row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+        tree = json.loads(row[0]) if row else {"error": True}
+        if tree.get("error"):
+            return sql
+        nodes = [node for node in _dicts(tree) if node.get("type") == "SELECT_NODE"]
+        changed = [_wrap_bare(node) | _break_ties(node) for node in nodes]
+        if not any(changed):
+            return sql
+        row = con.execute("SELECT json_deserialize_sql(?)", [json.dumps(tree)]).fetchone()
+        return str(row[0]) if row else sql
+    except duckdb.Error:
+        return sql
+
+
+def _dicts(x: Any, skip_subqueries: bool = False) -> Iterator[dict]:
+    if isinstance(x, dict):
+        if skip_subqueries and x.get("class") == "SUBQUERY":
+            return
+        yield x
+        for v in x.values():
+            yield from _dicts(v, skip_subqueries)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _dicts(v, skip_subqueries)
+
+
+def _wrap_bare(node: dict) -> bool:
+    orders = [o["expression"] for m in node.get("modifiers", [])
+              if m.get("type") == "ORDER_MODIFIER" for o in m["orders"]]
+    scope = [*node["select_list"], node.get("having"), *orders]
+    aggs = [f for f in _dicts(scope, skip_subqueries=True) if f.get("class") == "FUNCTION"
+            and f["function_name"].lower() in _AGGREGATES]
+    keys = node.get("group_expressions") or []
+    if not keys and not aggs:
+        return False
+    groups = [tuple(n.lower() for n in g["column_names"]) for g in keys
+              if g.get("class") == "COLUMN_REF"]
+    ordinals = {str(g.get("literal", {}).get("text")) for g in keys if g.get("class") == "CONSTANT"}
+    extremes = [f for f in aggs if f["function_name"].lower() in ("min", "max")]
+    by = extremes[0] if len(extremes) == 1 and len(extremes[0]["arguments"]) == 1 else None
+    changed = False
+    for i, e in enumerate(node["select_list"]):
+        if e.get("class") != "COLUMN_REF":
+            continue
+        names = tuple(n.lower() for n in e["column_names"])
+        if str(i + 1) in ordinals or any(  # grouped: by position, name or alias
+                g == names or (g[-1] == names[-1] and 1 in (len(g), len(names)))
+                or g == (e["alias"].lower(),) for g in groups):
+            continue
+        fn = "any_value" if by is None else ("arg_" + by["function_name"].lower())
+        args = [{"name": "", "expression": dict(e, alias="")}]
+        if by is not None:
+            args.append({"name": "", "expression": by["arguments"][0]["expression"]})
+        node["select_list"][i] = {
+            "class": "FUNCTION", "type": "FUNCTION", "alias": e["alias"] or e["column_names"][-1],
+            "query_location": e["query_location"], "query_location_length": 0,
+            "function_name": fn, "schema": "", "filter": None,
+            "order_bys": {"type": "ORDER_MODIFIER", "orders": []}, "distinct": False,
+            "is_operator": False, "export_state": False, "catalog": "", "arguments": args,
+            "qualified_name": {"path": [fn]}, "is_legacy_function_call": False}
+        changed = True
+    return changed
+
+
+def _break_ties(node: dict) -> bool:
+    groups = node.get("group_expressions") or []
+    kinds = {m.get("type"): m for m in node.get("modifiers", [])}
+    order, limit = kinds.get("ORDER_MODIFIER"), kinds.get("LIMIT_MODIFIER")
+    if not (groups and order and order["orders"] and limit) or "DISTINCT_MODIFIER" in kinds:
+        return False  # (under DISTINCT, DuckDB orders only by selected columns)
+    direction = order["orders"][0]["type"]
+    order["orders"] += [{"type": direction, "null_order": "ORDER_DEFAULT",
+                         "expression": dict(g, alias="")} for g in groups]
+    return True
