@@ -9,6 +9,8 @@ Running out of turns truncates the episode.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,34 @@ from .reward import score
 _schema = lru_cache(maxsize=512)(sqlite_schema)
 
 
+class _GoldCache:
+    """Gold results shared by every env in the process, keyed by (engine, database file and
+    its version, SQL):
+    GRPO plays each prompt many times, and each episode needs the same gold result. Safe
+    because agents can only read (every engine refuses writes)."""
+
+    def __init__(self, size: int = 8192) -> None:
+        self.size, self._data = size, OrderedDict[tuple, QueryResult]()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> QueryResult | None:
+        with self._lock:
+            r = self._data.get(key)
+            if r is not None:
+                self._data.move_to_end(key)
+            return r
+
+    def put(self, key: tuple, r: QueryResult) -> None:
+        with self._lock:
+            self._data[key] = r
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+
+
+_GOLD = _GoldCache()
+_FULL = 100_000  # rows fetched to score a result (Spider's largest gold result has ~3k)
+
+
 class SQLEnv(TextEnv):
     """Text-to-SQL episodes.
 
@@ -36,6 +66,9 @@ class SQLEnv(TextEnv):
         max_turns: turns per episode (6, as SkyRL-SQL trains with).
         max_rows / max_chars: how much of a result an observation shows.
         timeout_s: per-statement time limit.
+        result_cache: reuse the result of a query already run in the episode (an agent often
+            submits the query it just checked) and gold results across episodes. Turn off for
+            datasets whose queries are not deterministic (e.g. `random()`).
         dataset_kwargs: passed to the dataset loader (e.g. synth's `n_tasks`, `difficulty`).
     """
 
@@ -45,7 +78,7 @@ class SQLEnv(TextEnv):
                  split: str = "dev", engine: str = "sqlite", reward: str = "skyrl",
                  max_turns: int = 6, max_rows: int = 50, max_chars: int = 4000,
                  timeout_s: float = 5.0, example_rows: int = 3, dsn: str | None = None,
-                 **dataset_kwargs: Any) -> None:
+                 result_cache: bool = True, **dataset_kwargs: Any) -> None:
         super().__init__()
         if reward not in ("skyrl", "spider_exec"):
             raise ValueError(f"reward must be 'skyrl' or 'spider_exec', got {reward!r}")
@@ -60,7 +93,9 @@ class SQLEnv(TextEnv):
             engine_kwargs["dsn"] = dsn
         self.engine = make_engine(engine, **engine_kwargs)
         self.system_prompt = protocol.SYSTEM_PROMPT.format(max_rows=max_rows)
-        self._gold: dict[str, QueryResult] = {}
+        self.result_cache = result_cache
+        self._paths: dict[str, Path] = {}
+        self._results: dict[str, QueryResult] = {}  # this episode's queries, by SQL text
         self._actions: list[str] = []
         self._observations: list[str] = []
 
@@ -68,9 +103,9 @@ class SQLEnv(TextEnv):
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         task = self.start_episode(seed, options)
-        self._actions, self._observations = [], []
+        self._actions, self._observations, self._results = [], [], {}
         db = task.meta["db_id"]
-        path = self.data.db_path(db)
+        path = self._db_path(db)
         self.engine.begin_episode(db, path)
         obs = protocol.FIRST_OBSERVATION.format(
             engine=self.engine.dialect, schema=_schema(path, self.example_rows),
@@ -108,23 +143,45 @@ class SQLEnv(TextEnv):
                                                       sql_error=sql_error)
 
     # ------------------------------------------------------------------ scoring
+    def _db_path(self, db: str) -> Path:
+        p = self._paths.get(db)
+        if p is None:
+            p = self._paths[db] = self.data.db_path(db)
+        return p
+
     def _run(self, sql: str, max_rows: int) -> QueryResult:
+        """Run `sql` on the episode's database, reusing this episode's earlier result of the
+        same text when it holds every row asked for."""
         assert self.task is not None
+        r = self._results.get(sql) if self.result_cache else None
+        if r is not None and (not r.truncated or len(r.rows) >= max_rows):
+            if len(r.rows) <= max_rows:
+                return r
+            return QueryResult(r.columns, r.rows[:max_rows], r.error, True, r.timed_out)
         db = self.task.meta["db_id"]
-        return self.engine.execute(db, self.data.db_path(db), sql, max_rows=max_rows)
+        r = self.engine.execute(db, self._db_path(db), sql, max_rows=max_rows)
+        if self.result_cache and not r.timed_out:
+            self._results[sql] = r
+        return r
 
     def gold_sql(self) -> str:
         """The gold query in the engine's dialect (datasets write it for SQLite)."""
         assert self.task is not None
         db = self.task.meta["db_id"]
-        return self.engine.from_sqlite(db, self.data.db_path(db), str(self.task.answer))
+        return self.engine.from_sqlite(db, self._db_path(db), str(self.task.answer))
 
     def gold_result(self) -> QueryResult:
-        """The gold query's result on this engine (cached per task)."""
+        """The gold query's result on this engine (shared across envs of the process)."""
         assert self.task is not None
-        r = self._gold.get(self.task.id)
+        gold = self.gold_sql()
+        path = self._db_path(self.task.meta["db_id"])
+        st = path.stat()  # a changed file must not be scored against its old gold results
+        key = (self.engine.name, str(path), st.st_size, st.st_mtime_ns, gold)
+        r = _GOLD.get(key) if self.result_cache else None
         if r is None:
-            r = self._gold[self.task.id] = self._run(self.gold_sql(), 100_000)
+            r = self._run(gold, _FULL)
+            if r.ok and self.result_cache:
+                _GOLD.put(key, r)
         return r
 
     def _finish(self, solution: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -138,7 +195,7 @@ class SQLEnv(TextEnv):
             return "", 0.0, True, False, self.make_info(
                 "error", infra_error=True, db_id=db, error=f"gold query failed: {gold.error}",
                 reward_breakdown={"format": 0.0, "execution": 0.0})
-        pred = self._run(solution, 100_000)
+        pred = self._run(solution, _FULL)
         correct = pred.ok and not pred.truncated and score(
             self.reward_kind, pred.rows, gold.rows, str(self.task.answer))
         fmt = -1.0 if violations else 0.0

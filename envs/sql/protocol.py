@@ -9,9 +9,11 @@ follow SkyRL-SQL (NovaSky, 2025) so rewards and accuracies are comparable with i
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass
 
-from skyhub.protocol import count, find_tag
+from skyhub.protocol import find_tag
 
 SYSTEM_PROMPT = """\
 Task overview:
@@ -110,6 +112,10 @@ def trajectory_text(actions: list[str], observations: list[str]) -> str:
     return "\n".join(parts)
 
 
+_TAGS_RE = re.compile(r"<\s*(/)?\s*(think|sql|solution|observation)(?:\s[^<>]*)?\s*>",
+                      re.IGNORECASE)
+
+
 def format_violations(actions: list[str], observations: list[str]) -> list[str]:
     """SkyRL-SQL's format rules over a whole trajectory; an empty list means it is valid.
 
@@ -117,25 +123,32 @@ def format_violations(actions: list[str], observations: list[str]) -> list[str]:
     2. at least one `<think>`;
     3. every `</observation>` is followed by a `<think>`;
     4. no think/sql/observation tags inside the solution.
+    One scan of the trajectory's tags serves every rule (this runs at every episode's end).
     """
     text = trajectory_text(actions, observations)
+    tags = [(m.group(2).lower(), m.group(1) is not None, m.start(), m.end())
+            for m in _TAGS_RE.finditer(text)]
+    opens = Counter(name for name, closing, _, _ in tags if not closing)
+    closes = Counter(name for name, closing, _, _ in tags if closing)
     problems = []
-    if count(text, "solution") != (1, 1):
-        opens, closes = count(text, "solution")
-        problems.append(f"expected exactly one <solution>...</solution>, found {opens} "
-                        f"opening and {closes} closing tags")
-    if count(text, "think")[0] < 1:
+    if (opens["solution"], closes["solution"]) != (1, 1):
+        problems.append(f"expected exactly one <solution>...</solution>, found "
+                        f"{opens['solution']} opening and {closes['solution']} closing tags")
+    if opens["think"] < 1:
         problems.append("no <think> block")
-    pos = 0
-    while (i := text.find("</observation>", pos)) >= 0:
-        rest = text[i + len("</observation>"):].lstrip()
-        if not rest.startswith("<think>"):
-            problems.append("an observation is not followed by <think>")
+    for k, (name, closing, _, end) in enumerate(tags):
+        if name == "observation" and closing:
+            nxt = tags[k + 1] if k + 1 < len(tags) else None
+            if nxt is None or nxt[:2] != ("think", False) or text[end:nxt[2]].strip():
+                problems.append("an observation is not followed by <think>")
+                break
+    inside = False
+    for name, closing, _, _ in tags:
+        if name == "solution":
+            inside = not closing
+        elif inside:
+            problems.append("the solution contains think/sql/observation tags")
             break
-        pos = i + 1
-    sol = find_tag(text, "solution")
-    if sol is not None and any(sum(count(sol.content, t)) for t in _FORBIDDEN_IN_SOLUTION):
-        problems.append("the solution contains think/sql/observation tags")
     return problems
 
 
@@ -163,6 +176,11 @@ def render_table(columns: list[str], rows: list[tuple], *, max_rows: int, max_ch
 
 
 def _cell(v: object) -> str:
+    t = type(v)
+    if t is str:
+        return v.replace("\n", " ") if "\n" in v else v  # type: ignore[attr-defined]
+    if t is int or t is float:
+        return str(v)
     if v is None:
         return "NULL"
     if isinstance(v, bytes):

@@ -37,6 +37,9 @@ class Engine(abc.ABC):
 
     name = ""
     dialect = ""  # what the prompt calls the engine, e.g. "SQLite"
+    #: True when the agent may change its episode's database (a per-episode clone): gold
+    #: results must then come from the untouched database, before the agent acts.
+    writable = False
 
     def __init__(self, *, timeout_s: float = 5.0, max_rows: int = 10_000) -> None:
         self.timeout_s = timeout_s

@@ -30,6 +30,10 @@ _READ_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index
 _FUNC = getattr(sqlite3, "SQLITE_FUNCTION", 31)
 
 
+def _lenient(b: bytes) -> str:
+    return b.decode("utf-8", errors="replace")
+
+
 class SQLiteEngine(Engine):
     name = "sqlite"
     dialect = "SQLite"
@@ -47,9 +51,9 @@ class SQLiteEngine(Engine):
             # (never concurrently); the lock below serialises this engine's statements.
             con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True,
                                   check_same_thread=False, isolation_level=None)
-            con.text_factory = lambda b: b.decode("utf-8", errors="replace")
             con.set_authorizer(self._authorize)
-            con.set_progress_handler(self._progress, 1000)
+            # checked every 10k VM steps (~1 ms): fine-grained enough for a timeout in seconds
+            con.set_progress_handler(self._progress, 10_000)
             self._cons[db_id] = con
         return con
 
@@ -74,8 +78,17 @@ class SQLiteEngine(Engine):
             con = self._connect(db_id, sqlite_path)
             self._deadline = time.monotonic() + self.timeout_s
             try:
-                cur = con.execute(sql)
-                rows = cur.fetchmany(limit + 1)
+                try:
+                    cur = con.execute(sql)
+                    rows = cur.fetchmany(limit + 1)
+                except sqlite3.OperationalError as e:
+                    if "decode" not in str(e):
+                        raise
+                    # text that is not UTF-8 (it exists in public datasets): decode leniently
+                    # from now on; the fast C decoder serves every other database
+                    con.text_factory = _lenient
+                    cur = con.execute(sql)
+                    rows = cur.fetchmany(limit + 1)
                 columns = [d[0] for d in cur.description or ()]
                 cur.close()
             except sqlite3.OperationalError as e:
@@ -95,7 +108,8 @@ class SQLiteEngine(Engine):
             except MemoryError:
                 return QueryResult(error="the result does not fit in memory")
         truncated = len(rows) > limit
-        return QueryResult(columns, [tuple(r) for r in rows[:limit]], truncated=truncated)
+        del rows[limit:]
+        return QueryResult(columns, rows, truncated=truncated)
 
     def close(self) -> None:
         with self._lock:

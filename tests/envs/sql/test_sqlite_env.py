@@ -151,3 +151,40 @@ def test_sql_spider_passes_the_contract_checks() -> None:
 
     report = check_env("sql-spider", episodes=2)
     assert report.ok, str(report)
+
+
+def count_executions(env: SQLEnv) -> list[str]:
+    calls: list[str] = []
+    real = env.engine.execute
+
+    def spy(db_id, path, sql, **kw):  # type: ignore[no-untyped-def]
+        calls.append(sql)
+        return real(db_id, path, sql, **kw)
+
+    env.engine.execute = spy  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_query_checked_then_submitted_runs_once() -> None:
+    with skyhub.make("sql-spider") as env, skyhub.make("sql-spider") as other:
+        calls = count_executions(env)
+        start(env)
+        gold = env.task.answer  # type: ignore[union-attr]
+        env.step(f"{THINK}<sql>{gold}</sql>")
+        _, r, *_ = env.step(f"{THINK}<solution>{gold}</solution>")
+        assert r == 1.0 and calls == [gold]  # the solution and the gold reuse the result
+        # another env in the process scores the same task without running the gold again
+        calls2 = count_executions(other)
+        start(other)
+        _, r, *_ = other.step(f"{THINK}<solution>SELECT 1</solution>")
+        assert r == 0.0 and calls2 == ["SELECT 1"]
+
+
+def test_result_cache_off_runs_every_query() -> None:
+    with skyhub.make("sql-spider", result_cache=False) as env:
+        calls = count_executions(env)
+        start(env)
+        gold = env.task.answer  # type: ignore[union-attr]
+        env.step(f"{THINK}<sql>{gold}</sql>")
+        env.step(f"{THINK}<solution>{gold}</solution>")
+        assert calls == [gold, gold, gold]

@@ -16,7 +16,8 @@ import pytest
 
 import skyhub
 from skyhub.envs.sql.engines.base import sqlite_schema
-from skyhub.envs.sql.synth import LEVELS, TEMPLATES, load
+from skyhub.envs.sql.synth import load
+from skyhub.envs.sql.synth_questions import LEVELS, TEMPLATES
 from skyhub.errors import UsageError
 
 THINK = "<think>checking</think>"
