@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install and start what the tests need, on a fresh Debian/Ubuntu machine or again (idempotent):
-# bubblewrap (local sandboxes), the Docker engine with a locally seeded debian:bookworm-slim
-# (Docker Hub is unreachable from our machines), and skyhub's sandbox images.
+# bubblewrap (local sandboxes), PostgreSQL on 127.0.0.1:55432 (the sql envs' engine="postgres"),
+# the Docker engine with a locally seeded debian:bookworm-slim (Docker Hub is unreachable from
+# our machines), and skyhub's sandbox images.
 #   bash scripts/services.sh            everything
+#   SKYHUB_NO_POSTGRES=1 bash ...       skip PostgreSQL (tests marked `postgres` then skip)
 #   SKYHUB_NO_DOCKER=1 bash ...         skip Docker (tests marked `docker` then skip)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,34 @@ apt_install() {
 }
 
 apt_install bubblewrap
+
+# PostgreSQL: a throwaway server for tests and engine="postgres" (trust auth on loopback only;
+# fsync=off because every database in it can be rebuilt from the canonical SQLite files).
+if [ "${SKYHUB_NO_POSTGRES:-}" = 1 ]; then
+  say "SKYHUB_NO_POSTGRES=1: not starting PostgreSQL"
+else
+  pg_port=${SKYHUB_PG_PORT:-55432}; pg_data=${SKYHUB_PG_DATA:-/tmp/skyhub-pgdata}
+  pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
+  [ -n "$(pg_bin)" ] || apt_install postgresql
+  bin=$(pg_bin)
+  # the server refuses to run as root: as root, run it as the `postgres` user the package made
+  as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+  if ! "$bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port"; then
+    if [ ! -s "$pg_data/PG_VERSION" ]; then
+      say "initdb $pg_data"
+      mkdir -p "$pg_data"; chmod 700 "$pg_data"
+      if [ "$(id -u)" = 0 ]; then chown postgres: "$pg_data"; fi
+      as_pg "$bin/initdb" -D "$pg_data" -U postgres --auth=trust -E UTF8 --no-locale >/tmp/skyhub-initdb.log 2>&1 \
+        || { tail -20 /tmp/skyhub-initdb.log; exit 1; }
+    fi
+    say "starting PostgreSQL on 127.0.0.1:$pg_port (log: $pg_data/log)"
+    as_pg "$bin/pg_ctl" -D "$pg_data" -l "$pg_data/log" -w -t 60 start \
+      -o "-p $pg_port -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c synchronous_commit=off -c max_connections=200" \
+      >/dev/null || { tail -20 "$pg_data/log"; exit 1; }
+  fi
+  "$bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" || { say "PostgreSQL does not answer on port $pg_port"; exit 1; }
+  say "PostgreSQL ready: SKYHUB_POSTGRES_DSN='host=127.0.0.1 port=$pg_port user=postgres dbname=postgres'"
+fi
 
 if [ "${SKYHUB_NO_DOCKER:-}" = 1 ]; then say "SKYHUB_NO_DOCKER=1: not starting Docker"; exit 0; fi
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from skyhub.errors import InfraError
 
+from . import rewrite
 from .base import Engine, QueryResult, sqlite_identifiers, standardize_sqlite_sql
 
 #: Bump when the copy changes (types, what is copied): old cache files are then ignored.
@@ -57,9 +58,6 @@ _READ = {"SELECT", "EXPLAIN", "PRAGMA"}
 _READ_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "show_databases",
                  "database_list", "database_size", "storage_info", "version", "platform",
                  "functions", "collations", "show", "metadata_info", "user_agent"}
-#: Aggregate functions a Spider/BIRD gold query may use (the AST does not say which are).
-_AGGREGATES = {"count", "count_star", "sum", "avg", "min", "max", "total", "group_concat",
-               "string_agg", "median", "mean", "any_value", "arg_max", "arg_min", "list"}
 #: Words DuckDB reserves but SQLite does not (so Spider may name a table `show`).
 _RESERVED = frozenset({
     "any", "array", "asymmetric", "both", "describe", "fetch", "lambda", "lateral", "leading",
@@ -242,9 +240,11 @@ class DuckDBEngine(Engine):
 
     def from_sqlite(self, db_id: str, sqlite_path: Path, sql: str) -> str:
         """SQLite's string literals in double quotes, case-blind LIKE and words DuckDB
-        reserves (`base.standardize_sqlite_sql`), and its bare columns and tie order in
-        aggregate queries (`rewrite_like_sqlite`), in DuckDB's terms."""
+        reserves (`base.standardize_sqlite_sql`), a JOIN without ON as the cross join SQLite
+        reads (`rewrite.cross_joins`), and its bare columns and tie order in aggregate
+        queries (`rewrite_like_sqlite`), in DuckDB's terms."""
         sql = standardize_sqlite_sql(sql, sqlite_identifiers(sqlite_path), _RESERVED)
+        sql = rewrite.cross_joins(sql)
         with self._lock:
             if self._parser is None:
                 self._parser = duckdb.connect(config=self.config)
@@ -341,8 +341,9 @@ def _message(e: BaseException) -> str:
 
 def rewrite_like_sqlite(sql: str, con: duckdb.DuckDBPyConnection) -> str:
     """Two SQLite behaviours of aggregate queries, rewritten on DuckDB's own syntax tree
-    (json_serialize_sql/json_deserialize_sql); a query that needs neither, or that DuckDB
-    cannot parse, comes back unchanged.
+    (json_serialize_sql/json_deserialize_sql; found by `rewrite.bare_columns` and
+    `rewrite.tie_keys`); a query that needs neither, or that DuckDB cannot parse, comes
+    back unchanged.
 
     - Bare columns: SQLite lets an aggregate query select a column that is neither grouped
       nor aggregated (`SELECT name, count(*) ... GROUP BY id`, common in Spider's gold SQL);
@@ -354,56 +355,23 @@ def rewrite_like_sqlite(sql: str, con: duckdb.DuckDBPyConnection) -> str:
       DESC); DuckDB's order is arbitrary. The group keys are appended to ORDER BY in the
       first key's direction, so DuckDB picks the row SQLite picks.
     """
+    tree = rewrite.parse(sql, con)
+    if tree is None:
+        return sql
+    changed = [_wrap_bare(node) | _break_ties(node) for node in rewrite.select_nodes(tree)]
+    if not any(changed):
+        return sql
     try:
-        row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
-        tree = json.loads(row[0]) if row else {"error": True}
-        if tree.get("error"):
-            return sql
-        nodes = [node for node in _dicts(tree) if node.get("type") == "SELECT_NODE"]
-        changed = [_wrap_bare(node) | _break_ties(node) for node in nodes]
-        if not any(changed):
-            return sql
         row = con.execute("SELECT json_deserialize_sql(?)", [json.dumps(tree)]).fetchone()
-        return str(row[0]) if row else sql
     except duckdb.Error:
         return sql
-
-
-def _dicts(x: Any, skip_subqueries: bool = False) -> Iterator[dict]:
-    if isinstance(x, dict):
-        if skip_subqueries and x.get("class") == "SUBQUERY":
-            return
-        yield x
-        for v in x.values():
-            yield from _dicts(v, skip_subqueries)
-    elif isinstance(x, list):
-        for v in x:
-            yield from _dicts(v, skip_subqueries)
+    return str(row[0]) if row else sql
 
 
 def _wrap_bare(node: dict) -> bool:
-    orders = [o["expression"] for m in node.get("modifiers", [])
-              if m.get("type") == "ORDER_MODIFIER" for o in m["orders"]]
-    scope = [*node["select_list"], node.get("having"), *orders]
-    aggs = [f for f in _dicts(scope, skip_subqueries=True) if f.get("class") == "FUNCTION"
-            and f["function_name"].lower() in _AGGREGATES]
-    keys = node.get("group_expressions") or []
-    if not keys and not aggs:
-        return False
-    groups = [tuple(n.lower() for n in g["column_names"]) for g in keys
-              if g.get("class") == "COLUMN_REF"]
-    ordinals = {str(g.get("literal", {}).get("text")) for g in keys if g.get("class") == "CONSTANT"}
-    extremes = [f for f in aggs if f["function_name"].lower() in ("min", "max")]
-    by = extremes[0] if len(extremes) == 1 and len(extremes[0]["arguments"]) == 1 else None
-    changed = False
-    for i, e in enumerate(node["select_list"]):
-        if e.get("class") != "COLUMN_REF":
-            continue
-        names = tuple(n.lower() for n in e["column_names"])
-        if str(i + 1) in ordinals or any(  # grouped: by position, name or alias
-                g == names or (g[-1] == names[-1] and 1 in (len(g), len(names)))
-                or g == (e["alias"].lower(),) for g in groups):
-            continue
+    bare = rewrite.bare_columns(node)
+    for i, by in bare:
+        e = node["select_list"][i]
         fn = "any_value" if by is None else ("arg_" + by["function_name"].lower())
         args = [{"name": "", "expression": dict(e, alias="")}]
         if by is not None:
@@ -415,17 +383,15 @@ def _wrap_bare(node: dict) -> bool:
             "order_bys": {"type": "ORDER_MODIFIER", "orders": []}, "distinct": False,
             "is_operator": False, "export_state": False, "catalog": "", "arguments": args,
             "qualified_name": {"path": [fn]}, "is_legacy_function_call": False}
-        changed = True
-    return changed
+    return bool(bare)
 
 
 def _break_ties(node: dict) -> bool:
-    groups = node.get("group_expressions") or []
-    kinds = {m.get("type"): m for m in node.get("modifiers", [])}
-    order, limit = kinds.get("ORDER_MODIFIER"), kinds.get("LIMIT_MODIFIER")
-    if not (groups and order and order["orders"] and limit) or "DISTINCT_MODIFIER" in kinds:
-        return False  # (under DISTINCT, DuckDB orders only by selected columns)
-    direction = order["orders"][0]["type"]
+    keys = rewrite.tie_keys(node)
+    if keys is None:
+        return False
+    direction, groups = keys
+    order = next(m for m in node["modifiers"] if m.get("type") == "ORDER_MODIFIER")
     order["orders"] += [{"type": direction, "null_order": "ORDER_DEFAULT",
                          "expression": dict(g, alias="")} for g in groups]
     return True
