@@ -62,6 +62,19 @@ class Engine(abc.ABC):
         return sql
 
 
+def text_problem(sql: str) -> str | None:
+    """Why `sql` cannot go to a database driver as it is, or None: a NUL character (libpq cuts
+    the query there, DuckDB skips it between tokens) or lone surrogates (invalid UTF-8 that
+    a model's decoder let through). The agent gets the reason as an observation."""
+    if "\x00" in sql:
+        return "the query contains a NUL character"
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"the query is not valid UTF-8 text ({e.reason} at position {e.start})"
+    return None
+
+
 def sqlite_schema(sqlite_path: Path, example_rows: int = 3) -> str:
     """CREATE TABLE statements with a few example rows per table: how SkyRL-SQL shows a
     database to the agent. Read from the canonical SQLite file for every engine."""

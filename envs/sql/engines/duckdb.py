@@ -46,7 +46,7 @@ import numpy as np
 from skyhub.errors import InfraError
 
 from . import rewrite
-from .base import Engine, QueryResult, sqlite_identifiers, standardize_sqlite_sql
+from .base import Engine, QueryResult, sqlite_identifiers, standardize_sqlite_sql, text_problem
 
 #: Bump when the copy changes (types, what is copied): old cache files are then ignored.
 FORMAT_VERSION = 1
@@ -253,13 +253,8 @@ class DuckDBEngine(Engine):
     def execute(self, db_id: str, sqlite_path: Path, sql: str, *,
                 max_rows: int | None = None) -> QueryResult:
         limit = self.max_rows if max_rows is None else max_rows
-        if "\x00" in sql:  # as the other engines (DuckDB itself skips a NUL between tokens)
-            return QueryResult(error="the query contains a NUL character")
-        try:
-            sql.encode("utf-8")
-        except UnicodeEncodeError as e:
-            return QueryResult(error=f"the query is not valid UTF-8 text ({e.reason} at "
-                               f"position {e.start})")
+        if (problem := text_problem(sql)) is not None:
+            return QueryResult(error=problem)
         with self._lock:
             try:
                 db = self._db(db_id, sqlite_path)

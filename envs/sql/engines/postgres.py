@@ -56,7 +56,7 @@ from psycopg.conninfo import make_conninfo
 from skyhub.errors import InfraError, SandboxUnavailable
 
 from . import rewrite, rewrite_postgres
-from .base import Engine, QueryResult, sqlite_identifiers, standardize_sqlite_sql
+from .base import Engine, QueryResult, sqlite_identifiers, standardize_sqlite_sql, text_problem
 from .postgres_load import (  # noqa: F401 - pg_type, TEMPLATE_PREFIX: the module's API
     GROUP,
     TEMPLATE_PREFIX,
@@ -232,13 +232,8 @@ class PostgresEngine(Engine):
     def execute(self, db_id: str, sqlite_path: Path, sql_text: str, *,
                 max_rows: int | None = None) -> QueryResult:
         limit = self.max_rows if max_rows is None else max_rows
-        if "\x00" in sql_text:  # libpq would silently cut the query at the NUL
-            return QueryResult(error="the query contains a NUL character")
-        try:
-            sql_text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            return QueryResult(error=f"the query is not valid UTF-8 text ({e.reason} at "
-                               f"position {e.start})")
+        if (problem := text_problem(sql_text)) is not None:
+            return QueryResult(error=problem)
         with self._lock:
             if self._db_id != db_id or self._clone is None:
                 self.begin_episode(db_id, sqlite_path)

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from .base import Engine, QueryResult
+from .base import Engine, QueryResult, text_problem
 
 #: What a query may do: read. Everything else is denied, including TEMP tables, views and
 #: triggers, which the read-only file does not stop and which would shadow a real table for
@@ -74,6 +74,8 @@ class SQLiteEngine(Engine):
     def execute(self, db_id: str, sqlite_path: Path, sql: str, *,
                 max_rows: int | None = None) -> QueryResult:
         limit = self.max_rows if max_rows is None else max_rows
+        if (problem := text_problem(sql)) is not None:
+            return QueryResult(error=problem)
         with self._lock:
             con = self._connect(db_id, sqlite_path)
             self._deadline = time.monotonic() + self.timeout_s
