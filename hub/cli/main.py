@@ -239,11 +239,13 @@ def eval_cmd(
 
 def _add_subcommands() -> None:
     from skyhub.cli.data_cmds import data_app
+    from skyhub.cli.index_cmds import index_app
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
 
     app.add_typer(sandbox_app, name="sandbox")
     app.add_typer(images_app, name="images")
     app.add_typer(data_app, name="data")
+    app.add_typer(index_app, name="index")
 
 
 _add_subcommands()

@@ -1,0 +1,108 @@
+"""`SearchEnv`: answer a question by searching a corpus (Search-R1's multi-turn protocol)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from skyhub.env import TextEnv
+from skyhub.errors import InfraError
+
+from . import protocol
+from .qa import load_qa
+from .reward import exact_match, f1
+
+Step = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+class SearchEnv(TextEnv):
+    """`<search>q</search>` shows the top-k passages; `<answer>a</answer>` is scored by EM.
+
+    Kwargs: `corpus` (JSONL, default the bundled one), `index` (a directory from
+    `skyhub index build`), `retriever_url` (a Search-R1 retrieval server; then no local
+    index is built), `qa` (JSONL/parquet), `topk`, `max_turns`, `split`, `backend`.
+    The local index is built once per process and shared by all envs on the same corpus.
+    """
+
+    stop_strings = ("</search>", "</answer>")
+
+    def __init__(self, *, corpus: str | Path | None = None, index: str | Path | None = None,
+                 qa: str | Path | None = None, retriever_url: str | None = None,
+                 topk: int = 3, max_turns: int = 4, split: str = "dev", backend: str = "bm25s",
+                 dataset: str | None = None, timeout: float = 10.0, retries: int = 3) -> None:
+        super().__init__()
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if topk < 1:
+            raise ValueError(f"topk must be >= 1, got {topk}")
+        self.max_turns, self.topk = max_turns, topk
+        self.tasks = load_qa(qa, split=split, dataset=dataset)
+        self.system_prompt = protocol.SYSTEM_PROMPT.format(max_turns=max_turns)
+        if retriever_url is not None:
+            from .retriever import HTTPRetriever
+
+            self.retriever: Any = HTTPRetriever(retriever_url, timeout=timeout, retries=retries)
+        else:
+            from .index import get_index
+
+            self.retriever = get_index(corpus=corpus, index=index, backend=backend)
+        self._searched: list[str] = []
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        task = self.start_episode(seed, options)
+        self._searched = []
+        self._format_errors = 0
+        return task.prompt, self.make_info()
+
+    def _breakdown(self, em: float = 0.0, f: float = 0.0) -> dict[str, float]:
+        return {"em": em, "f1": f, "searches": float(len(self._searched)),
+                "format_errors": float(self._format_errors)}
+
+    def _out_of_turns(self, obs_info: dict[str, Any] | None = None) -> Step:
+        info = self.make_info("failure", reward_breakdown=self._breakdown(),
+                              error=f"no answer within {self.max_turns} turns",
+                              **(obs_info or {}))
+        return "", 0.0, False, True, info
+
+    def step(self, action: str) -> Step:
+        assert self.task is not None, "call reset() before step()"
+        self.turn += 1
+        m = protocol.parse(action)
+        if m is None:
+            self._format_errors += 1
+            if self.turn >= self.max_turns:
+                return self._out_of_turns()
+            return self._reply(protocol.MALFORMED, error="malformed turn")
+        if m.tag == "answer":
+            answer = m.content.strip()
+            gold = self.task.answer
+            em, f = exact_match(answer, gold), f1(answer, gold)
+            info = self.make_info("success" if em else "failure",
+                                  reward_breakdown=self._breakdown(em, f), answer=answer)
+            return "", em, True, False, info
+        query = m.content.strip()
+        self._searched.append(query)
+        try:
+            docs = self.retriever.search(query, self.topk) if query else []
+        except InfraError as e:
+            info = self.make_info("error", infra_error=True, reward_breakdown=self._breakdown(),
+                                  error=str(e), query=query)
+            return "", 0.0, True, False, info
+        if self.turn >= self.max_turns:
+            return self._out_of_turns({"query": query})
+        return self._reply(protocol.information(docs), query=query,
+                           doc_ids=[d["id"] for d in docs])
+
+    def _reply(self, obs: str, **extra: Any) -> Step:
+        left = self.max_turns - self.turn
+        obs = f"{obs}\n({left} turn{'s' if left != 1 else ''} left)"
+        return obs, 0.0, False, False, self.make_info(**extra)
+
+    def reference_action(self) -> str | None:
+        if self.task is None:
+            return None
+        query = self.task.meta.get("gold_title") or self.task.prompt
+        if not self._searched and self.max_turns > 1:
+            return f"<search>{query}</search>"
+        return f"<answer>{self.task.answer[0]}</answer>"

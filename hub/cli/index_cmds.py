@@ -1,0 +1,61 @@
+"""`skyhub index build CORPUS.jsonl OUT_DIR`: a BM25 index on disk for the search envs.
+
+    skyhub index build wiki-18.jsonl ~/indexes/wiki-bm25
+    python -c "import skyhub; skyhub.make('search-qa', index='~/indexes/wiki-bm25', qa=...)"
+
+The index is loaded memory-mapped, so many env processes share one copy in the page cache.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from skyhub.errors import SkyhubError
+
+index_app = typer.Typer(help="Build retrieval indexes for the search envs (search-qa).",
+                        no_args_is_help=True)
+
+
+@index_app.command("build")
+def index_build(
+    corpus: Annotated[Path, typer.Argument(help="JSONL with {\"id\", \"contents\"} per line "
+                                                "(pyserini/Search-R1 format).")],
+    out_dir: Annotated[Path, typer.Argument(help="Directory to write the index (and a copy "
+                                                 "of the corpus) into.")],
+    backend: Annotated[str, typer.Option(help="Index backend.")] = "bm25s",
+) -> None:
+    """Index a corpus with BM25 and save it; then pass index=OUT_DIR to skyhub.make."""
+    console = Console(stderr=True, highlight=False)
+    try:
+        from skyhub.envs.search.index import BACKENDS, BM25Index, iter_corpus
+
+        if backend not in BACKENDS:
+            raise SkyhubError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        t0 = time.perf_counter()
+        docs = []
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            size = corpus.stat().st_size if corpus.is_file() else None
+            task = progress.add_task("reading corpus (bytes)", total=size)
+            for doc in iter_corpus(corpus):
+                docs.append(doc)
+                progress.advance(task, len(doc["contents"]) + 30)
+            progress.update(task, completed=size)
+            step = progress.add_task(f"indexing {len(docs)} passages", total=2)
+            index = BM25Index.build(docs)
+            progress.advance(step)
+            progress.update(step, description=f"saving to {out_dir}")
+            index.save(out_dir)
+            progress.advance(step)
+    except SkyhubError as e:
+        console.print(Text(f"error: {e}", style="red"), soft_wrap=True)
+        raise typer.Exit(2) from None
+    Console().print(f"indexed {len(docs)} passages with {backend} in "
+                    f"{time.perf_counter() - t0:.1f}s -> {out_dir}")
