@@ -1,6 +1,6 @@
 """Regenerate the README's performance table from `benchmarks/results/*.json`.
 
-    python -m benchmarks.readme
+    python -m benchmarks
 
 The table sits between the markers `<!-- bench:start -->` and `<!-- bench:end -->`.
 """
@@ -53,5 +53,3 @@ def update(readme: Path = README) -> bool:
     return new != text
 
 
-if __name__ == "__main__":
-    print("README table updated" if update() else "README table already up to date")
