@@ -20,7 +20,8 @@ class SearchEnv(TextEnv):
 
     Kwargs: `corpus` (JSONL, default the bundled one), `index` (a directory from
     `skyhub index build`), `retriever_url` (a Search-R1 retrieval server; then no local
-    index is built), `qa` (JSONL/parquet), `topk`, `max_turns`, `split`, `backend`.
+    index is built), `qa` (JSONL/parquet), `topk`, `max_turns`, `split`, `backend` ("bm25s" or
+    "tantivy"; the same one the `index` directory was built with).
     The local index is built once per process and shared by all envs on the same corpus.
     """
 
@@ -35,6 +36,9 @@ class SearchEnv(TextEnv):
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
+        from .index import index_class
+
+        index_class(backend)  # ValueError naming the choices, even with a retriever_url
         self.max_turns, self.topk = max_turns, topk
         self.tasks = load_qa(qa, split=split, dataset=dataset)
         self.system_prompt = protocol.SYSTEM_PROMPT.format(max_turns=max_turns)

@@ -17,7 +17,7 @@ from skyhub.errors import DataNotFound, UsageError
 
 DATA_DIR = Path(__file__).parent / "data"
 BUNDLED_CORPUS = DATA_DIR / "corpus.jsonl"
-BACKENDS = ("bm25s",)
+BACKENDS = ("bm25s", "tantivy")
 
 
 def split_title(contents: str) -> tuple[str, str]:
@@ -124,25 +124,36 @@ class BM25Index:
         return out
 
 
-_CACHE: dict[tuple[Any, ...], BM25Index] = {}
+def index_class(backend: str) -> Any:
+    """The index class of a backend name (`BM25Index` or `TantivyIndex`); ValueError
+    (`UsageError`) naming the choices for an unknown one."""
+    if backend == "bm25s":
+        return BM25Index
+    if backend == "tantivy":
+        from .index_tantivy import TantivyIndex
+
+        return TantivyIndex
+    raise UsageError(f"unknown search backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+_CACHE: dict[tuple[Any, ...], Any] = {}
 _CACHE_LOCK = threading.Lock()
 
 
 def get_index(*, corpus: str | Path | None = None, index: str | Path | None = None,
-              backend: str = "bm25s") -> BM25Index:
+              backend: str = "bm25s") -> Any:
     """The index for an env, cached per process (keyed by path and modification time), so
     a `VectorEnv` of 64 envs builds it once."""
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown search backend {backend!r}; choose one of {BACKENDS}")
+    cls = index_class(backend)
     if index is not None:
         p = Path(index).expanduser().resolve()
-        key: tuple[Any, ...] = ("index", str(p), str(corpus))
-        make: Callable[[], BM25Index] = lambda: BM25Index.load(p, corpus=corpus)  # noqa: E731
+        key: tuple[Any, ...] = (backend, "index", str(p), str(corpus))
+        make: Callable[[], Any] = lambda: cls.load(p, corpus=corpus)  # noqa: E731
     else:
         c = Path(corpus or BUNDLED_CORPUS).expanduser().resolve()
         mtime = c.stat().st_mtime_ns if c.exists() else 0
-        key = ("corpus", str(c), mtime)
-        make = lambda: BM25Index.build(list(iter_corpus(c)))  # noqa: E731
+        key = (backend, "corpus", str(c), mtime)
+        make = lambda: cls.build(list(iter_corpus(c)))  # noqa: E731
     with _CACHE_LOCK:
         if key not in _CACHE:
             _CACHE[key] = make()

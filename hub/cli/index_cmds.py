@@ -29,15 +29,15 @@ def index_build(
                                                 "(pyserini/Search-R1 format).")],
     out_dir: Annotated[Path, typer.Argument(help="Directory to write the index (and a copy "
                                                  "of the corpus) into.")],
-    backend: Annotated[str, typer.Option(help="Index backend.")] = "bm25s",
+    backend: Annotated[str, typer.Option(help="Index backend: bm25s or tantivy.")] = "bm25s",
 ) -> None:
-    """Index a corpus with BM25 and save it; then pass index=OUT_DIR to skyhub.make."""
+    """Index a corpus with BM25 (bm25s or tantivy) and save it; then pass index=OUT_DIR (and
+    the same backend=) to skyhub.make."""
     console = Console(stderr=True, highlight=False)
     try:
-        from skyhub.envs.search.index import BACKENDS, BM25Index, iter_corpus
+        from skyhub.envs.search.index import index_class, iter_corpus
 
-        if backend not in BACKENDS:
-            raise SkyhubError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        cls = index_class(backend)  # UsageError (a SkyhubError) naming the choices
         t0 = time.perf_counter()
         docs = []
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -49,7 +49,8 @@ def index_build(
                 progress.advance(task, len(doc["contents"]) + 30)
             progress.update(task, completed=size)
             step = progress.add_task(f"indexing {len(docs)} passages", total=2)
-            index = BM25Index.build(docs)
+            # tantivy writes in place (save() then only marks the directory)
+            index = cls.build(docs, path=out_dir) if backend == "tantivy" else cls.build(docs)
             progress.advance(step)
             progress.update(step, description=f"saving to {out_dir}")
             index.save(out_dir)
