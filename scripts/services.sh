@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install and start what the tests need, on a fresh Debian/Ubuntu machine or again (idempotent):
-# bubblewrap (local sandboxes), PostgreSQL on 127.0.0.1:55432 (the sql envs' engine="postgres"),
+# bubblewrap and Debian's python3-ipykernel (local sandboxes and their kernels), PostgreSQL on
+# 127.0.0.1:55432 (the sql envs' engine="postgres"),
 # the Docker engine with a locally seeded debian:bookworm-slim (Docker Hub is unreachable from
 # our machines), and skyhub's sandbox images.
 #   bash scripts/services.sh            everything
@@ -20,7 +21,9 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-apt_install bubblewrap
+# bubblewrap for local sandboxes; Debian's Jupyter stack for kernels in local sandboxes (they
+# run as their own uid, which cannot read a virtualenv under /root)
+apt_install bubblewrap python3-ipykernel python3-jupyter-client python3-numpy python3-sympy
 
 # PostgreSQL: a throwaway server for tests and engine="postgres" (trust auth on loopback only;
 # fsync=off because every database in it can be rebuilt from the canonical SQLite files).

@@ -63,6 +63,31 @@ class Snapshot:
     created: float = field(default_factory=time.time)
 
 
+class ChannelBroken(Exception):
+    """A channel's process ended or its stream failed (killed, container stopped...)."""
+
+
+class ChannelTimeout(ChannelBroken):
+    """The process did not answer in time."""
+
+
+class Channel(abc.ABC):
+    """A long-running process in a sandbox that answers requests: one length-prefixed JSON
+    message in, one out (the in-sandbox agent's framing; replies echo the request's `id`).
+    What `Sandbox.spawn` returns: kernels and shells that must outlive a single `exec`."""
+
+    pid: int = 0
+
+    @abc.abstractmethod
+    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Send `req` and return the reply to it; `ChannelTimeout` when none comes within
+        `timeout` seconds, `ChannelBroken` when the process is gone or answers nonsense."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """End the process (its stdin is closed, then it is killed). Idempotent."""
+
+
 def new_id(prefix: str = "sb") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
@@ -106,6 +131,17 @@ class Sandbox(abc.ABC):
              env: dict[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
         """Run `cmd` (a shell string, or an argv list) in the sandbox. A command past
         `timeout` seconds is killed with its whole process tree (`timed_out=True`)."""
+
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None,
+              cwd: str | None = None) -> Channel:
+        """Start `argv` as a long-running process that speaks skyhub's message framing on its
+        stdin/stdout, and return a `Channel` to it. It lives until `Channel.close()`, a
+        `restore(kill_processes=True)` or the sandbox's `close()`; its stderr is discarded.
+        Used for state that must outlive one command: Jupyter kernels, shell sessions."""
+        from skyhub.errors import SandboxUnavailable
+
+        raise SandboxUnavailable(f"the {self.backend} sandbox backend cannot run long-lived "
+                                 "processes yet; use backend='docker' or 'local'")
 
     # -- files -------------------------------------------------------------------------
     @abc.abstractmethod

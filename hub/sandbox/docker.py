@@ -298,6 +298,21 @@ class DockerSandbox(Sandbox):
         reply["stderr"] = base64.b64decode(reply["stderr"])
         return ExecResult.from_agent(reply)
 
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None,
+              cwd: str | None = None) -> base.Channel:
+        """Start a long-running process as the sandbox's user (see `Sandbox.spawn`), attached
+        through Docker's exec API like the agent; it ends when its stdin closes."""
+        import docker.errors
+
+        self._check_open()
+        try:
+            return AgentChannel(self.client.api, self.container.id, self.user,
+                                self._path(cwd) if cwd else self.workdir, argv=list(argv),
+                                env=env)
+        except docker.errors.DockerException as e:
+            self._check_container()
+            raise InfraError(f"cannot start {argv[0]!r} in sandbox {self.name}: {e}") from e
+
     # -- files -------------------------------------------------------------------------
     def write_file(self, path: str, data: str | bytes, mode: int | None = None) -> None:
         target, raw = self._path(path), as_bytes(data)

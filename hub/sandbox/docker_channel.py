@@ -26,20 +26,13 @@ from typing import Any
 
 from skyhub.errors import InfraError
 from skyhub.sandbox import agent as _agent
+from skyhub.sandbox.base import Channel, ChannelBroken, ChannelTimeout
 
 log = logging.getLogger(__name__)
 
 AGENT_PATH = "/opt/skyhub/agent.py"
 SNAPSHOT_DIR = _agent.SNAPSHOT_DIR
 _STDOUT, _STDERR = 1, 2
-
-
-class ChannelBroken(Exception):
-    """The agent's stream ended or failed (agent killed, container stopped, socket error)."""
-
-
-class ChannelTimeout(ChannelBroken):
-    """The agent did not answer in time (it should have enforced the command's timeout)."""
 
 
 class _Demux:
@@ -97,14 +90,17 @@ class _Writer:
         pass
 
 
-class AgentChannel:
-    """One persistent agent process in a container. Not thread-safe: the sandbox holds a lock
-    around `request`."""
+class AgentChannel(Channel):
+    """One persistent process in a container speaking the agent's framing: the agent itself
+    (the default `argv`) or anything `DockerSandbox.spawn` starts. Not thread-safe: the
+    sandbox holds a lock around `request`."""
 
-    def __init__(self, api: Any, container_id: str, user: str, workdir: str) -> None:
-        exec_id = api.exec_create(container_id, ["python3", "-u", AGENT_PATH], stdin=True,
-                                  stdout=True, stderr=True, tty=False, user=user,
-                                  workdir=workdir, environment={"PYTHONDONTWRITEBYTECODE": "1"})
+    def __init__(self, api: Any, container_id: str, user: str, workdir: str,
+                 argv: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        exec_id = api.exec_create(container_id, argv or ["python3", "-u", AGENT_PATH],
+                                  stdin=True, stdout=True, stderr=True, tty=False, user=user,
+                                  workdir=workdir,
+                                  environment={"PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
         resp = api.exec_start(exec_id["Id"], socket=True)
         self.sock: socket.socket = getattr(resp, "_sock", resp)
         self._resp = resp

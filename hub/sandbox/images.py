@@ -22,6 +22,7 @@ BASE_IMAGE = "debian:bookworm-slim"
 #: name -> what the image is for (a directory `images/<name>/` holds its Dockerfile).
 IMAGES: dict[str, str] = {
     "default": "python3, bash, coreutils, procps, git; user `sandbox`; workdir /work",
+    "python": "the default image plus Jupyter (ipykernel), numpy, sympy, pandas, scipy",
 }
 LABEL_IMAGE = "skyhub.image"
 

@@ -10,8 +10,11 @@ so host ports are unreachable, unless `network=True`), read-only /usr, /bin, /li
 own /proc, /dev and tmpfs /tmp, the workdir bound at `workdir` (/work), and a pid namespace
 whose death (end of the command, timeout, or our own death via `--die-with-parent`) kills
 every process in it. Background processes therefore never outlive the `exec` that started
-them. Without bwrap (`isolation="none"`, or "auto" when bwrap is missing, with a one-time
-warning) commands run on the host in the scratch dir: weak isolation, for development only.
+them (`spawn` starts the exception: a long-running process that ends when its stdin closes).
+`mounts={"/opt/x": "/host/path"}` adds read-only binds (with bwrap only; without it the host's
+paths are visible as they are). Without bwrap (`isolation="none"`, or "auto" when bwrap is
+missing, with a one-time warning) commands run on the host in the scratch dir: weak
+isolation, for development only.
 
 Which limits hold (verified on Debian 12, kernel 6.18, bwrap 0.8: as root, and as a plain
 user with and without bwrap):
@@ -105,6 +108,23 @@ def _bwrap_problem(bwrap: str, uid: int | None) -> str:
     return _bwrap_checked[key]
 
 
+def _check_mounts(mounts: dict[str, str], workdir: str) -> dict[str, str]:
+    """Validate `{sandbox path: host path}` read-only mounts."""
+    out = {}
+    for inside, host in mounts.items():
+        inside = posixpath.normpath(str(inside))
+        if not posixpath.isabs(inside):
+            raise ValueError(f"mount target {inside!r} must be an absolute sandbox path")
+        if inside == workdir or inside.startswith(workdir.rstrip("/") + "/") or \
+                workdir.startswith(inside.rstrip("/") + "/"):
+            raise ValueError(f"mount target {inside!r} overlaps the workdir {workdir}; mount "
+                             "elsewhere (e.g. under /opt)")
+        if not os.path.exists(host):
+            raise FileNotFoundError(errno.ENOENT, "no such host path to mount", str(host))
+        out[inside] = os.path.abspath(host)
+    return out
+
+
 class LocalSandbox(Sandbox):
     """A sandbox on this machine; see the module docstring for what isolates it and how."""
 
@@ -113,7 +133,7 @@ class LocalSandbox(Sandbox):
     def __init__(self, image: str | None = None, *, cpus: float = 1.0, memory_mb: int = 1024,
                  network: bool = False, workdir: str = "/work", pids: int = _b.DEFAULT_PIDS,
                  max_output: int = _b.DEFAULT_MAX_OUTPUT, pool: str | None = None,
-                 isolation: str = "auto") -> None:
+                 isolation: str = "auto", mounts: dict[str, str] | None = None) -> None:
         if image is not None:
             raise ValueError(f"the local sandbox backend runs commands on this host's own system "
                              f"and cannot use image {image!r}; pass image=None, or use "
@@ -123,6 +143,7 @@ class LocalSandbox(Sandbox):
         if not posixpath.isabs(workdir):
             raise ValueError(f"workdir must be an absolute path, not {workdir!r}")
         super().__init__(workdir=posixpath.normpath(workdir), max_output=max_output)
+        self.mounts = _check_mounts(mounts or {}, self.workdir)
         self.cpus, self.memory_mb, self.network, self.pids = cpus, memory_mb, network, pids
         self.uid = free_uid() if os.geteuid() == 0 else None
         self.bwrap = find_bwrap() if isolation != "none" else None
@@ -161,27 +182,47 @@ class LocalSandbox(Sandbox):
     def exec(self, cmd: str | list[str], timeout: float | None = 30, cwd: str | None = None,
              env: dict[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
         self._check_open()
-        inside = self._path(cwd) if cwd else self.workdir
-        full_env = {"PATH": PATH, "HOME": self.workdir, "LANG": "C.UTF-8", "USER": "sandbox",
-                    "LOGNAME": "sandbox", "TMPDIR": "/tmp" if self.bwrap else str(
-                        self._root / "tmp"), **(env or {}), MARKER_ENV: self.id}
-        if self.bwrap:
-            wrap, host_cwd = self._bwrap_argv(inside), "/"
-        else:
-            wrap, host_cwd = None, os.path.join(self._work, *self._resolve(inside))
+        full_env, wrap, host_cwd = self._launch(cwd, env)
         r = agent.run_command(cmd, timeout=timeout, cwd=host_cwd, env=full_env,
                               stdin=None if stdin is None else as_bytes(stdin),
                               max_output=self.max_output, preexec_fn=self._limits(), wrap=wrap)
         return ExecResult.from_agent(r)
 
-    def _bwrap_argv(self, cwd: str) -> list[str]:
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None,
+              cwd: str | None = None) -> _b.Channel:
+        """Start a long-running process (see `Sandbox.spawn`). It is not tied to the calling
+        thread (bwrap's --die-with-parent would kill it when that thread ends): it ends when
+        its stdin closes, at `restore(kill_processes=True)` or at `close()`."""
+        from skyhub.sandbox.pipe_channel import PipeChannel
+
+        self._check_open()
+        full_env, wrap, host_cwd = self._launch(cwd, env, die_with_parent=False)
+        log = self._root / f"spawn-{_b.new_id('p')}.log"  # beside the workdir: not the agent's
+        return PipeChannel([*(wrap or []), *argv], env=full_env, cwd=host_cwd,
+                           preexec_fn=self._limits(), stderr_log=str(log))
+
+    def _launch(self, cwd: str | None, env: dict[str, str] | None, die_with_parent: bool = True
+                ) -> tuple[dict[str, str], list[str] | None, str]:
+        """The environment, bwrap prefix (or None) and host cwd for a command."""
+        inside = self._path(cwd) if cwd else self.workdir
+        full_env = {"PATH": PATH, "HOME": self.workdir, "LANG": "C.UTF-8", "USER": "sandbox",
+                    "LOGNAME": "sandbox", "TMPDIR": "/tmp" if self.bwrap else str(
+                        self._root / "tmp"), **(env or {}), MARKER_ENV: self.id}
+        if self.bwrap:
+            return full_env, self._bwrap_argv(inside, die_with_parent), "/"
+        return full_env, None, os.path.join(self._work, *self._resolve(inside))
+
+    def _bwrap_argv(self, cwd: str, die_with_parent: bool = True) -> list[str]:
         argv = [str(self.bwrap), "--unshare-all", *(["--share-net"] if self.network else []),
-                "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+                *(["--die-with-parent"] if die_with_parent else []), "--new-session",
+                "--hostname", "sandbox"]
         for d in _RO_DIRS:
             if os.path.islink(d):
                 argv += ["--symlink", os.readlink(d), d]
             elif os.path.isdir(d):
                 argv += ["--ro-bind", d, d]
+        for inside, host in self.mounts.items():
+            argv += ["--ro-bind", host, inside]
         if self.network:
             argv += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",

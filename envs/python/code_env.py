@@ -1,0 +1,82 @@
+"""`CodeEnv` (`python-code`): write a program with a kernel's help; hidden tests grade it.
+
+The final program is graded in a *separate* sandbox, restored to a clean state before each
+grading, so nothing the agent left in its kernel (monkeypatched builtins, files, background
+processes) can make a test pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from skyhub.errors import InfraError, SandboxUnavailable
+from skyhub.sandbox.base import Sandbox, Snapshot
+
+from . import protocol
+from .code_tasks import load_code_tasks
+from .env import KernelEnv
+from .grader import grade
+from .kernel import make_sandbox
+
+
+class CodeEnv(KernelEnv):
+    """Reward 1 when the program in `<answer>` passes all of the task's tests (0 otherwise,
+    or the fraction passed with `partial_credit=True`; the breakdown always has both).
+
+    Kwargs: `data` (JSONL: skyhub's, MBPP, HumanEval or LiveCodeBench rows; default the
+    bundled set), `split`, `test_timeout` (s per test), `partial_credit`, and `KernelEnv`'s.
+    """
+
+    prompt_template = protocol.CODE_SYSTEM_PROMPT
+
+    def __init__(self, *, data: str | Path | None = None, split: str | None = None,
+                 test_timeout: float = 10.0, partial_credit: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tasks = load_code_tasks(data, split=split)
+        self.test_timeout, self.partial_credit = test_timeout, partial_credit
+        self._grader: tuple[Sandbox, str, Snapshot] | None = None
+
+    def _grading_sandbox(self) -> tuple[Sandbox, str]:
+        """The grading sandbox (made once, restored to clean before every use) and its
+        python."""
+        if self._grader is None:
+            sb, argv = make_sandbox(self.backend, cpus=self.cpus, memory_mb=self.memory_mb,
+                                    pool="python-grader")
+            self._grader = (sb, argv[0], sb.snapshot())
+        sb, python, clean = self._grader
+        sb.restore(clean, kill_processes=True)
+        return sb, python
+
+    def finish(self, content: str) -> tuple[float, str, dict[str, float], dict[str, Any]]:
+        assert self.task is not None
+        program = protocol.program_from_answer(content)
+        try:
+            sb, python = self._grading_sandbox()
+            result = grade(sb, program, self.task.meta["tests"], python=python,
+                           timeout=self.test_timeout)
+        except (InfraError, SandboxUnavailable) as e:
+            return 0.0, "error", {"passed": 0.0, "total": 0.0, "fraction": 0.0}, {
+                "error": f"grading failed: {e}"}
+        breakdown = {"passed": float(result.passed), "total": float(result.total),
+                     "fraction": result.fraction}
+        extra: dict[str, Any] = {"error": result.error} if result.error else {}
+        if result.infra_error:
+            return 0.0, "error", breakdown, extra
+        reward = 1.0 if result.all_passed else (result.fraction if self.partial_credit else 0.0)
+        return reward, "success" if result.all_passed else "failure", breakdown, extra
+
+    def reference_action(self) -> str | None:
+        if self.task is None or not self.task.answer:
+            return None
+        return f"<answer>\n```python\n{self.task.answer}\n```\n</answer>"
+
+    def close(self) -> None:
+        super().close()
+        if self._grader is not None:
+            self._grader[0].close()
+            self._grader = None
+
+
+__all__ = ["CodeEnv"]

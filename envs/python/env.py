@@ -1,0 +1,114 @@
+"""`KernelEnv`: the multi-turn loop shared by the Python envs (cells in, outputs out).
+
+Each env owns one `KernelSession` (a sandbox with a Jupyter kernel), made at the first
+`reset` and reused: later resets swap in the bridge's warm spare kernel and restore the empty
+workdir, so an episode starts in milliseconds. Subclasses say how a final answer is scored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skyhub.env import TextEnv
+from skyhub.errors import InfraError
+
+from . import protocol
+from .kernel import KernelSession
+
+Step = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+class KernelEnv(TextEnv):
+    """Run `<python>` cells in a real kernel until `<answer>`; `finish` scores the answer.
+
+    Kwargs: `backend` ("auto": docker when a daemon answers, else local bubblewrap),
+    `max_turns`, `cell_timeout` (s; the cell is interrupted, the kernel kept), `max_output`
+    (bytes kept per output stream, head and tail), `cpus`, `memory_mb` (the sandbox's limits).
+    """
+
+    stop_strings = ("</python>", "</answer>")
+    boxed_answers = False
+    malformed = protocol.MALFORMED
+    prompt_template = ""
+
+    def __init__(self, *, backend: str = "auto", max_turns: int = 8, cell_timeout: float = 10.0,
+                 max_output: int = 4096, cpus: float = 1.0, memory_mb: int = 2048) -> None:
+        super().__init__()
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if cell_timeout <= 0:
+            raise ValueError(f"cell_timeout must be > 0 seconds, got {cell_timeout}")
+        if backend not in ("auto", "docker", "local"):
+            raise ValueError(f"backend must be 'auto', 'docker' or 'local', not {backend!r}")
+        self.backend, self.max_turns, self.cell_timeout = backend, max_turns, cell_timeout
+        self.max_output, self.cpus, self.memory_mb = max_output, cpus, memory_mb
+        self.system_prompt = self.prompt_template.format(max_turns=max_turns,
+                                                         timeout=cell_timeout)
+        self._session: KernelSession | None = None
+        self._stats: dict[str, float] = {}
+
+    # -- the kernel ------------------------------------------------------------------------
+    @property
+    def session(self) -> KernelSession:
+        if self._session is None:
+            self._session = KernelSession(self.backend, cpus=self.cpus, memory_mb=self.memory_mb,
+                                          pool="python")
+        return self._session
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        task = self.start_episode(seed, options)
+        self._stats = dict.fromkeys(("cells", "cell_errors", "timeouts", "restarts",
+                                     "format_errors"), 0.0)
+        if self._session is None:
+            self.session  # noqa: B018  (a new session starts with a fresh kernel)
+        else:
+            self._session.reset()
+        return task.prompt, self.make_info()
+
+    # -- a turn ----------------------------------------------------------------------------
+    def step(self, action: str) -> Step:
+        assert self.task is not None, "call reset() before step()"
+        self.turn += 1
+        turn = protocol.parse(action, boxed_answers=self.boxed_answers)
+        if turn is None:
+            self._stats["format_errors"] += 1
+            return self._continue(self.malformed, error="malformed turn")
+        if turn.kind == "answer":
+            reward, outcome, breakdown, extra = self.finish(turn.content)
+            infra = outcome == "error"
+            return "", reward, True, False, self.make_info(
+                outcome, infra_error=infra, reward_breakdown={**self._stats, **breakdown},
+                **extra)
+        try:
+            cell = self.session.run(turn.content, self.cell_timeout, self.max_output)
+        except InfraError as e:
+            return "", 0.0, True, False, self.make_info(
+                "error", infra_error=True, reward_breakdown=dict(self._stats), error=str(e))
+        self._stats["cells"] += 1
+        self._stats["cell_errors"] += cell.error is not None
+        self._stats["timeouts"] += cell.timed_out
+        self._stats["restarts"] += cell.restarted is not None
+        return self._continue(protocol.output(cell.render(self.cell_timeout)),
+                              duration_s=cell.duration_s)
+
+    def _continue(self, obs: str, **extra: Any) -> Step:
+        if self.turn >= self.max_turns:
+            extra["error"] = f"no answer within {self.max_turns} turns"
+            return obs, 0.0, False, True, self.make_info(
+                "failure", reward_breakdown=dict(self._stats), **extra)
+        left = self.max_turns - self.turn
+        return (f"{obs}\n({left} turn{'s' if left != 1 else ''} left)", 0.0, False, False,
+                self.make_info(**extra))
+
+    def finish(self, content: str) -> tuple[float, str, dict[str, float], dict[str, Any]]:
+        """Score a final answer: (reward, outcome, reward breakdown, extra info)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+
+__all__ = ["KernelEnv"]

@@ -1,0 +1,104 @@
+"""Math task sets: the bundled problems, or a public math dataset in its own JSONL format.
+
+One loader reads every format we meet so that `data=PATH` just works: skyhub's own
+`{"id", "prompt", "answer", "meta"}`, GSM8K (`question`, `answer` ending in `#### 72`),
+MATH (`problem`, `solution` with a `\\boxed{}` answer, `level`, `type`), MATH-500
+(`problem`, `answer`, `unique_id`) and any `{"question"|"problem"|"prompt", "answer"}`.
+`Task.answer` is always the gold answer as a string, ready for `math_grade.is_equiv`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from skyhub.errors import DataNotFound
+from skyhub.task import Task, TaskSet
+
+from .math_grade import gold_from_solution
+
+DATA_DIR = Path(__file__).parent / "data"
+BUNDLED_MATH = DATA_DIR / "math.jsonl"
+
+_EXPECTED = ("{'id', 'prompt', 'answer'} (skyhub), {'question', 'answer'} (GSM8K), "
+             "{'problem', 'solution'} (MATH), {'problem', 'answer'} (MATH-500)")
+_META_KEYS = ("level", "type", "subject", "unique_id", "split")
+
+
+def _rows(path: Path) -> list[tuple[int, Any]]:
+    """(line number, parsed row) pairs; a `.json` file is one list, numbered by position."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e}); math task files are UTF-8 JSONL") from None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json task file must hold a list of rows, got "
+                             f"{type(data).__name__}; or use JSONL, one row per line")
+        return list(enumerate(data, 1))
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((lineno, json.loads(line)))
+        except ValueError as e:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
+    return rows
+
+
+def _task(row: Any, *, default_id: str, source: str, where: str) -> Task:
+    """One row in any supported format as a Task; ValueError naming `where` otherwise."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}; "
+                         f"rows need one of {_EXPECTED}")
+    meta: dict[str, Any] = {}
+    if isinstance(row.get("meta"), dict):
+        meta.update(row["meta"])
+    meta.update({k: row[k] for k in _META_KEYS if k in row})
+    prompt = next((row[k] for k in ("prompt", "problem", "question") if row.get(k)), None)
+    answer: str | None = None
+    if row.get("answer") not in (None, ""):
+        raw = str(row["answer"])
+        # GSM8K's answer is a worked solution ending in '#### 72'; MATH-500's is the answer.
+        answer = gold_from_solution(raw) if "####" in raw else raw.strip()
+    elif isinstance(row.get("solution"), str):
+        answer = gold_from_solution(row["solution"])
+        if answer is None:
+            raise ValueError(f"{where}: the solution has no \\boxed{{}} answer; MATH rows need "
+                             "one (or give 'answer' explicitly)")
+        meta.setdefault("solution", row["solution"])
+    if prompt is None or answer is None:
+        raise ValueError(f"{where}: row with keys {sorted(row)} is not a math task; expected "
+                         f"one of {_EXPECTED}")
+    meta.setdefault("source", source)
+    task_id = row.get("id", row.get("unique_id", default_id))
+    return Task(id=str(task_id), prompt=str(prompt), answer=answer, meta=meta)
+
+
+def load_math_tasks(data: str | Path | None = None, split: str | None = None) -> TaskSet:
+    """Math tasks from `data` (JSONL or a `.json` list), or the 20 bundled problems.
+
+    Rows without an id get `f"{stem}-{i}"` (i counts rows from 0), so ids are stable as
+    long as the file is. `split`, when given, is recorded in each task's meta (a file is
+    one split; pass the file of the split you want).
+    """
+    path = BUNDLED_MATH if data is None else Path(data).expanduser()
+    if not path.is_file():
+        raise DataNotFound(f"math task file not found: {path}. Pass data=PATH to a JSONL file "
+                           "(skyhub, GSM8K, MATH or MATH-500 rows) or omit data for the "
+                           "bundled problems")
+    source = "skyhub" if data is None else path.stem
+    tasks = []
+    for i, (lineno, row) in enumerate(_rows(path)):
+        task = _task(row, default_id=f"{path.stem}-{i}", source=source,
+                     where=f"{path}:{lineno}")
+        if split is not None:
+            task.meta.setdefault("split", split)
+        tasks.append(task)
+    return TaskSet(tasks, name=path.stem if split is None else f"{path.stem}-{split}")

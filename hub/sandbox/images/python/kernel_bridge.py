@@ -1,0 +1,333 @@
+"""skyhub's in-sandbox Jupyter bridge: runs IPython kernels and answers execute requests.
+
+It runs inside a sandbox (the `skyhub/python` Docker image, or a local bubblewrap sandbox
+with the host's Python runtime mounted read-only) next to skyhub's agent, whose framing it
+speaks on stdin/stdout: a 4-byte big-endian length and a UTF-8 JSON object per message.
+The host never talks ZeroMQ across the sandbox boundary, so the sandbox needs no network:
+the kernel's ports are on the sandbox's own loopback.
+
+Requests (`op`): `execute` {code, timeout, max_output}, `reset` (a clean kernel for a new
+episode), `ping`. One kernel is current; a spare is started in the background, so `reset`
+swaps kernels in milliseconds instead of paying a cold start (~1 s).
+
+A cell past its timeout is interrupted (SIGINT to the kernel's process group); a kernel that
+ignores that, or dies, is replaced and the reply says why (`restarted`). Every process a
+kernel starts inherits `SKYHUB_KERNEL=<generation>`, which is how a reset or a replaced
+kernel's leftovers (background jobs, fork-bomb copies) are found and killed.
+
+Works with jupyter_client 7.4 (Debian bookworm's) and 8.x; imports nothing from skyhub.
+"""
+
+import contextlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+_here = os.path.dirname(os.path.abspath(__file__))
+# skyhub's in-sandbox agent: beside this file in images and sandboxes, two levels up in the
+# source tree (skyhub/sandbox/agent.py)
+sys.path[:0] = [_here, os.path.dirname(os.path.dirname(_here))]
+import agent  # noqa: E402
+
+MARKER = "SKYHUB_KERNEL"
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+INTERRUPT_GRACE_S = 3.0
+START_TIMEOUT_S = 60.0
+# Jupyter's and IPython's files go to a private temp dir, never into the agent's workdir/home
+RUNTIME = os.path.join(tempfile.gettempdir(), f".skyhub-jupyter-{os.getuid()}")
+for _var, _sub in (("JUPYTER_RUNTIME_DIR", ""), ("JUPYTER_DATA_DIR", "/data"),
+                   ("JUPYTER_CONFIG_DIR", "/config"), ("IPYTHONDIR", "/ipython")):
+    os.environ.setdefault(_var, RUNTIME + _sub)
+os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # debugpy's import-time notes
+
+
+class Kernel:
+    """One IPython kernel and a blocking client connected to it."""
+
+    def __init__(self):
+        from jupyter_client.manager import KernelManager
+
+        self.gen = uuid.uuid4().hex[:12]
+        runtime = RUNTIME
+        os.makedirs(runtime, mode=0o700, exist_ok=True)
+        env = dict(os.environ, **{MARKER: self.gen, "MPLBACKEND": "Agg",
+                                  "PYTHONUNBUFFERED": "1"})
+        env.pop("PYTHONPATH", None)
+        self.km = KernelManager(kernel_name="python3")
+        self.km.connection_file = os.path.join(runtime, f"kernel-{self.gen}.json")
+        # the kernel must not inherit our stdout (the host's message stream); what it writes
+        # outside ipykernel's own capture (startup noise) is dropped, so it cannot fill a disk
+        self.km.start_kernel(env=env, cwd=os.getcwd(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL,
+                             extra_arguments=["--HistoryManager.enabled=False",
+                                              "--InteractiveShell.xmode=Plain"])
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        try:
+            self.kc.wait_for_ready(timeout=START_TIMEOUT_S)
+        except BaseException:
+            self.kill()
+            self.cleanup()
+            raise
+
+    @property
+    def pid(self):
+        proc = getattr(getattr(self.km, "provisioner", None), "process", None)
+        if proc is None:
+            proc = getattr(self.km, "kernel", None)
+        return getattr(proc, "pid", 0) or 0
+
+    def alive(self):
+        try:
+            return bool(self.km.is_alive())
+        except Exception:
+            return False
+
+    def exit_code(self):
+        proc = getattr(getattr(self.km, "provisioner", None), "process", None)
+        return None if proc is None else proc.poll()
+
+    def _victims(self):
+        """This kernel's processes, not itself: its process group (fork copies stay in it),
+        its descendants (by parent), and any process carrying its marker (setsid escapees)."""
+        marker = f"{MARKER}={self.gen}".encode()
+        parents, found = {}, set()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                parents[int(entry)] = int(fields[1])
+                if self.pid and int(fields[2]) == self.pid:
+                    found.add(int(entry))
+                    continue
+                # environ is read only when cheap to decide otherwise: everything is stopped
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        found.add(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+        todo = [self.pid] if self.pid else []
+        while todo:
+            parent = todo.pop()
+            for pid, ppid in parents.items():
+                if ppid == parent and pid not in found:
+                    found.add(pid)
+                    todo.append(pid)
+        return found - {os.getpid(), self.pid}
+
+    def kill_children(self):
+        """Kill every process this kernel started, not the kernel. The kernel's process group
+        is stopped first (SIGSTOP), so a fork bomb cannot refill the pid limit while we look
+        (reading /proc of processes that fork nonstop takes seconds each); the kernel is
+        continued afterwards."""
+        total = 0
+        for _ in range(50):
+            if self.pid:
+                with contextlib.suppress(OSError):
+                    os.killpg(self.pid, signal.SIGSTOP)
+            victims = self._victims()
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                for pid in victims:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, sig)
+            if self.pid:
+                with contextlib.suppress(OSError):
+                    os.kill(self.pid, signal.SIGCONT)
+            total += len(victims)
+            if not victims:
+                break
+        return total
+
+    def kill(self):
+        """SIGKILL the kernel and everything it started, now; `cleanup` may come later."""
+        self.kill_children()
+        if self.pid:
+            agent.kill_tree(self.pid)
+
+    def cleanup(self):
+        """Close the client's sockets and remove the kernel's files (slow-ish: ~0.1 s)."""
+        for f in (self.kc.stop_channels, lambda: self.km.shutdown_kernel(now=True)):
+            with contextlib.suppress(Exception):
+                f()
+        with contextlib.suppress(OSError):
+            os.unlink(self.km.connection_file)
+
+
+class Bridge:
+    def __init__(self):
+        self.current = None
+        self._spare = None
+        self._spare_error = None
+        self._spare_thread = None
+
+    # -- kernels -----------------------------------------------------------------------
+    def _start_spare(self, retired=()):
+        def run():
+            for k in retired:  # already killed; their sockets and files go here, off the clock
+                k.cleanup()
+            try:
+                self._spare = Kernel()
+            except Exception as e:
+                self._spare_error = f"{type(e).__name__}: {e}"
+
+        self._spare, self._spare_error = None, None
+        self._spare_thread = threading.Thread(target=run, daemon=True)
+        self._spare_thread.start()
+
+    def _take_fresh(self, retired=()):
+        """A ready kernel: the spare when there is one (then start the next spare)."""
+        pooled = False
+        if self._spare_thread is not None:
+            self._spare_thread.join(START_TIMEOUT_S)
+            kernel, self._spare_thread = self._spare, None
+            if kernel is not None and kernel.alive():
+                pooled = True
+            elif kernel is not None:
+                kernel.kill()
+                kernel.cleanup()
+                kernel = None
+        else:
+            kernel = None
+        if kernel is None:
+            kernel = Kernel()
+        self._start_spare(retired)
+        return kernel, pooled
+
+    def fresh_kernel(self):
+        old, self.current = self.current, None
+        if old is not None:
+            old.kill()
+        self.current, pooled = self._take_fresh([old] if old is not None else [])
+        return pooled
+
+    # -- requests ----------------------------------------------------------------------
+    def execute(self, code, timeout=30.0, max_output=1 << 16):
+        if self.current is None or not self.current.alive():
+            self.fresh_kernel()
+        k = self.current
+        start = time.monotonic()
+        out, err = agent._Capped(max_output), agent._Capped(max_output)
+        results, error = [], None
+        msg_id = k.kc.execute(code, silent=False, store_history=True, allow_stdin=False)
+        deadline = start + (timeout if timeout else 1e9)
+        timed_out, interrupted_at, restarted, done = False, None, None, False
+        while not done:
+            now = time.monotonic()
+            if interrupted_at is None and now >= deadline:
+                timed_out, interrupted_at = True, now
+                with contextlib.suppress(Exception):
+                    k.km.interrupt_kernel()
+                k.kill_children()  # fork-bomb copies and stray jobs must not outlive the cell
+            elif interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_S:
+                restarted = "the kernel did not respond to an interrupt"
+                break
+            try:
+                msg = k.kc.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                if not k.alive():
+                    code_ = k.exit_code()
+                    restarted = "the kernel died" + (
+                        "" if code_ is None else " (exit code {}{})".format(
+                            code_, ", e.g. out of memory or killed" if code_ < 0 else ""))
+                    break
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                (out if content.get("name") == "stdout" else err).add(
+                    content.get("text", "").encode("utf-8", "replace"))
+            elif kind in ("execute_result", "display_data"):
+                data = content.get("data", {})
+                if "text/plain" in data:
+                    results.append(data["text/plain"])
+                elif data:
+                    results.append("[{} output not shown]".format(", ".join(sorted(data))))
+            elif kind == "error":
+                tb = "\n".join(ANSI.sub("", line) for line in content.get("traceback", []))
+                error = {"ename": content.get("ename", ""), "evalue": content.get("evalue", ""),
+                         "traceback": tb}
+            elif kind == "status" and content.get("execution_state") == "idle":
+                done = True
+        self._drain_shell(k)
+        if restarted:
+            self.fresh_kernel()
+        result = "\n".join(results)
+        if len(result) > max_output:
+            cut = len(result) - max_output
+            result = result[:max_output // 2] + agent.TRUNCATION_MARKER.format(n=cut) + \
+                result[-(max_output // 2):]
+        if error and len(error["traceback"]) > max_output:
+            tb = error["traceback"]
+            error["traceback"] = tb[:max_output // 2] + agent.TRUNCATION_MARKER.format(
+                n=len(tb) - max_output) + tb[-(max_output // 2):]
+        return {"ok": True, "stdout": out.value().decode("utf-8", "replace"),
+                "stderr": err.value().decode("utf-8", "replace"), "result": result,
+                "error": error, "timed_out": timed_out, "restarted": restarted,
+                "duration_s": time.monotonic() - start}
+
+    @staticmethod
+    def _drain_shell(k):
+        while True:
+            try:
+                k.kc.get_shell_msg(timeout=0.01)
+            except Exception:
+                return
+
+    def handle(self, req):
+        op = req.get("op")
+        try:
+            if op == "execute":
+                return self.execute(req.get("code", ""), req.get("timeout") or 30.0,
+                                    int(req.get("max_output") or 1 << 16))
+            if op == "reset":
+                start = time.monotonic()
+                pooled = self.fresh_kernel()
+                return {"ok": True, "pooled": pooled, "pid": self.current.pid,
+                        "duration_s": time.monotonic() - start}
+            if op == "ping":
+                return {"ok": True, "pid": os.getpid(),
+                        "kernel_pid": self.current.pid if self.current else 0}
+            return {"ok": False, "error": f"unknown op {op!r}", "type": "ValueError"}
+        except Exception as e:
+            return {"ok": False, "error": str(e), "type": type(e).__name__}
+
+    def close(self):
+        """On the way out: kill the kernels (their files go with the sandbox)."""
+        if self.current is not None:
+            self.current.kill()
+        if self._spare_thread is not None:
+            self._spare_thread.join(START_TIMEOUT_S)
+        if self._spare is not None:
+            self._spare.kill()
+
+
+def main():
+    agent.make_undumpable()
+    bridge = Bridge()
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    try:
+        while True:
+            req = agent.read_message(inp)
+            if req is None:
+                return
+            reply = bridge.handle(req)
+            if "id" in req:
+                reply["id"] = req["id"]
+            agent.write_message(out, reply)
+    finally:
+        bridge.close()
+
+
+if __name__ == "__main__":
+    main()
