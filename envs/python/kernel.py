@@ -244,10 +244,11 @@ class KernelSession:
                           timed_out=bool(reply["timed_out"]), restarted=reply["restarted"],
                           duration_s=float(reply["duration_s"]))
 
-    def reset(self) -> bool:
+    def reset(self, *, cold: bool = False) -> bool:
         """A fresh kernel and the workdir as it was at creation. Returns whether the kernel
-        came warm from the bridge's spare (the usual case) rather than a cold start."""
-        reply = self._request({"op": "reset"}, 120)
+        came warm from the bridge's spare (the usual case) rather than a cold start
+        (`cold=True` forces one: what a reset would cost without the spare)."""
+        reply = self._request({"op": "reset", "cold": cold}, 120)
         pooled = bool(reply and reply.get("pooled"))  # None: a new bridge, a cold kernel
         self.sandbox.restore(self._clean, kill_processes=False)
         return pooled

@@ -203,10 +203,17 @@ class Bridge:
         self._start_spare(retired)
         return kernel, pooled
 
-    def fresh_kernel(self):
+    def fresh_kernel(self, cold=False):
+        """Replace the current kernel: by the spare, or (`cold`, for benchmarks) by a kernel
+        started now, which is what a reset costs without the spare."""
         old, self.current = self.current, None
         if old is not None:
             old.kill()
+        if cold:
+            self.current = Kernel()
+            if old is not None:
+                old.cleanup()
+            return False
         self.current, pooled = self._take_fresh([old] if old is not None else [])
         return pooled
 
@@ -259,9 +266,10 @@ class Bridge:
                          "traceback": tb}
             elif kind == "status" and content.get("execution_state") == "idle":
                 done = True
-        self._drain_shell(k)
         if restarted:
             self.fresh_kernel()
+        else:
+            self._await_reply(k, msg_id)
         result = "\n".join(results)
         if len(result) > max_output:
             cut = len(result) - max_output
@@ -277,11 +285,19 @@ class Bridge:
                 "duration_s": time.monotonic() - start}
 
     @staticmethod
-    def _drain_shell(k):
+    def _await_reply(k, msg_id, timeout=2.0):
+        """Consume the cell's execute_reply from the shell channel (it is due right after
+        the idle status), so replies never pile up in the client's queue."""
+        deadline = time.monotonic() + timeout
         while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
             try:
-                k.kc.get_shell_msg(timeout=0.01)
+                msg = k.kc.get_shell_msg(timeout=remaining)
             except Exception:
+                return
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
                 return
 
     def handle(self, req):
@@ -292,7 +308,7 @@ class Bridge:
                                     int(req.get("max_output") or 1 << 16))
             if op == "reset":
                 start = time.monotonic()
-                pooled = self.fresh_kernel()
+                pooled = self.fresh_kernel(cold=bool(req.get("cold")))
                 return {"ok": True, "pooled": pooled, "pid": self.current.pid,
                         "duration_s": time.monotonic() - start}
             if op == "ping":
