@@ -95,6 +95,35 @@ class TaskSet(Sequence[Task]):
         return [t.id for t in self._tasks]
 
 
+def read_rows(path: str | Path) -> list[tuple[int, Any]]:
+    """(line number, parsed JSON) for each non-blank line of a UTF-8 JSONL file, or (position,
+    item) for a `.json` file holding a list: what every task loader reads before it decides
+    what a row means. Undecodable text or a bad line is a `ValueError` naming the line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not UTF-8 text ({e}); task files are UTF-8 JSONL") from None
+    if p.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"{p}: not valid JSON ({e})") from None
+        if not isinstance(data, list):
+            raise ValueError(f"{p}: a .json task file must hold a list of rows, got "
+                             f"{type(data).__name__}; or use JSONL, one row per line")
+        return list(enumerate(data, 1))
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append((lineno, json.loads(line)))
+            except ValueError as e:
+                raise ValueError(f"{p}:{lineno}: not valid JSON ({e}); expected one JSON "
+                                 "object per line") from None
+    return rows
+
+
 def load_jsonl(path: str | Path, *, name: str = "") -> TaskSet:
     """Load tasks from a JSONL file with one `{"id", "prompt", "answer", "meta"}` per line.
 
@@ -106,16 +135,10 @@ def load_jsonl(path: str | Path, *, name: str = "") -> TaskSet:
         raise DataNotFound(f"task file {p} does not exist. Pass the path of a JSONL file with one "
                            "task per line ({'id', 'prompt', 'answer', 'meta'}).")
     tasks = []
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{p}: not UTF-8 text ({e}); task files are UTF-8 JSONL") from None
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for lineno, row in read_rows(p):
         try:
-            tasks.append(Task.from_dict(json.loads(line)))
-        except (KeyError, TypeError, ValueError) as e:  # JSONDecodeError is a ValueError
+            tasks.append(Task.from_dict(row))
+        except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{p}:{lineno}: not a task ({e}); expected a JSON object with "
                              "at least 'id' and 'prompt'") from None
     return TaskSet(tasks, name=name or p.stem)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from skyhub.errors import DataNotFound
-from skyhub.task import Task, TaskSet
+from skyhub.task import Task, TaskSet, read_rows
 
 BUNDLED = Path(__file__).resolve().parent / "data" / "code.jsonl"
 KINDS = ("asserts", "check", "stdio", "functional")
@@ -46,20 +46,7 @@ def load_code_tasks(data: str | Path | None = None, split: str | None = None) ->
     `split` (MBPP rows get theirs from the official task_id ranges, HumanEval rows "test"),
     unless it already chose a directory's file."""
     path, split_chose_file = _resolve(data, split)
-    tasks = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e}); task files are UTF-8 JSONL") from None
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise ValueError(f"{where}: not JSON ({e}); expected one task per line") from None
-        tasks.append(task_from_row(row, where=where))
+    tasks = [task_from_row(row, where=f"{path}:{lineno}") for lineno, row in read_rows(path)]
     if split is not None and not split_chose_file:
         kept = [t for t in tasks if t.meta.get("split") == split]
         if not kept:

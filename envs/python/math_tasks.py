@@ -9,12 +9,11 @@ MATH (`problem`, `solution` with a `\\boxed{}` answer, `level`, `type`), MATH-50
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from skyhub.errors import DataNotFound
-from skyhub.task import Task, TaskSet
+from skyhub.task import Task, TaskSet, read_rows
 
 from .math_grade import gold_from_solution
 
@@ -24,32 +23,6 @@ BUNDLED_MATH = DATA_DIR / "math.jsonl"
 _EXPECTED = ("{'id', 'prompt', 'answer'} (skyhub), {'question', 'answer'} (GSM8K), "
              "{'problem', 'solution'} (MATH), {'problem', 'answer'} (MATH-500)")
 _META_KEYS = ("level", "type", "subject", "unique_id", "split")
-
-
-def _rows(path: Path) -> list[tuple[int, Any]]:
-    """(line number, parsed row) pairs; a `.json` file is one list, numbered by position."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e}); math task files are UTF-8 JSONL") from None
-    if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: a .json task file must hold a list of rows, got "
-                             f"{type(data).__name__}; or use JSONL, one row per line")
-        return list(enumerate(data, 1))
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append((lineno, json.loads(line)))
-        except ValueError as e:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
-    return rows
 
 
 def _task(row: Any, *, default_id: str, source: str, where: str) -> Task:
@@ -95,7 +68,7 @@ def load_math_tasks(data: str | Path | None = None, split: str | None = None) ->
                            "bundled problems")
     source = "skyhub" if data is None else path.stem
     tasks = []
-    for i, (lineno, row) in enumerate(_rows(path)):
+    for i, (lineno, row) in enumerate(read_rows(path)):
         task = _task(row, default_id=f"{path.stem}-{i}", source=source,
                      where=f"{path}:{lineno}")
         if split is not None:
