@@ -88,6 +88,26 @@ class Channel(abc.ABC):
         """End the process (its stdin is closed, then it is killed). Idempotent."""
 
 
+class Stream(abc.ABC):
+    """A long-running process's stdin and stdout as raw bytes (what `Sandbox.open_stream`
+    returns): for programs that do not speak skyhub's framing, such as a shell on a pty."""
+
+    pid: int = 0
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None:
+        """Send bytes to the process's stdin (`ChannelBroken` when it is gone)."""
+
+    @abc.abstractmethod
+    def read(self, timeout: float | None) -> bytes:
+        """The bytes ready now, waiting up to `timeout` s for the first: b"" when none came
+        in time, `ChannelBroken` when the stream has ended."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close stdin, then kill the process if it is still there. Idempotent."""
+
+
 def new_id(prefix: str = "sb") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
@@ -138,6 +158,16 @@ class Sandbox(abc.ABC):
         stdin/stdout, and return a `Channel` to it. It lives until `Channel.close()`, a
         `restore(kill_processes=True)` or the sandbox's `close()`; its stderr is discarded.
         Used for state that must outlive one command: Jupyter kernels, shell sessions."""
+        from skyhub.errors import SandboxUnavailable
+
+        raise SandboxUnavailable(f"the {self.backend} sandbox backend cannot run long-lived "
+                                 "processes yet; use backend='docker' or 'local'")
+
+    def open_stream(self, argv: list[str], env: dict[str, str] | None = None,
+                    cwd: str | None = None) -> Stream:
+        """Start `argv` as a long-running process and return its raw stdin/stdout (stderr
+        is discarded: merge it with `2>&1` or run the program on a pty). Lifetime as for
+        `spawn`."""
         from skyhub.errors import SandboxUnavailable
 
         raise SandboxUnavailable(f"the {self.backend} sandbox backend cannot run long-lived "

@@ -36,6 +36,7 @@ from skyhub.sandbox.docker_channel import (
     ChannelBroken,
     ChannelTimeout,
     ExecFallback,
+    ExecStream,
     agent_setup_tar,
     extract_as,
     tar_dir_entry,
@@ -309,6 +310,20 @@ class DockerSandbox(Sandbox):
             return AgentChannel(self.client.api, self.container.id, self.user,
                                 self._path(cwd) if cwd else self.workdir, argv=list(argv),
                                 env=env)
+        except docker.errors.DockerException as e:
+            self._check_container()
+            raise InfraError(f"cannot start {argv[0]!r} in sandbox {self.name}: {e}") from e
+
+    def open_stream(self, argv: list[str], env: dict[str, str] | None = None,
+                    cwd: str | None = None) -> base.Stream:
+        """Start a long-running process as the sandbox's user and return its raw stdin and
+        stdout (see `Sandbox.open_stream`); it ends when its stdin closes."""
+        import docker.errors
+
+        self._check_open()
+        try:
+            return ExecStream(self.client.api, self.container.id, self.user,
+                              self._path(cwd) if cwd else self.workdir, list(argv), env)
         except docker.errors.DockerException as e:
             self._check_container()
             raise InfraError(f"cannot start {argv[0]!r} in sandbox {self.name}: {e}") from e

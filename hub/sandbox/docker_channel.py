@@ -26,7 +26,7 @@ from typing import Any
 
 from skyhub.errors import InfraError
 from skyhub.sandbox import agent as _agent
-from skyhub.sandbox.base import Channel, ChannelBroken, ChannelTimeout
+from skyhub.sandbox.base import Channel, ChannelBroken, ChannelTimeout, Stream
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,18 @@ class _Demux:
             log.warning("sandbox agent stderr: %s", payload.decode("utf-8", "replace").rstrip())
         else:
             self.out += payload
+
+    def read_some(self, timeout: float | None) -> bytes:
+        """The stdout bytes ready now, waiting up to `timeout` s for a frame (b"" if none)."""
+        if not self.out:
+            self.sock.settimeout(timeout)
+            try:
+                self._frame()
+            except ChannelTimeout:
+                return b""
+        data = bytes(self.out)
+        self.out.clear()
+        return data
 
     def read(self, n: int) -> bytes:
         while len(self.out) < n:
@@ -134,6 +146,38 @@ class AgentChannel(Channel):
         return reply
 
     def close(self) -> None:
+        for f in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close,
+                  self._resp.close):
+            with contextlib.suppress(Exception):
+                f()
+
+
+class ExecStream(Stream):
+    """A process started with Docker's exec API, attached through a hijacked socket: raw
+    stdin and stdout (stderr frames are logged). What `DockerSandbox.open_stream` returns."""
+
+    def __init__(self, api: Any, container_id: str, user: str, workdir: str, argv: list[str],
+                 env: dict[str, str] | None = None) -> None:
+        exec_id = api.exec_create(container_id, argv, stdin=True, stdout=True, stderr=True,
+                                  tty=False, user=user, workdir=workdir, environment=env or {})
+        resp = api.exec_start(exec_id["Id"], socket=True)
+        self.sock: socket.socket = getattr(resp, "_sock", resp)
+        self._resp = resp
+        self._reader = _Demux(self.sock)
+        self._writer = _Writer(self.sock)
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        self.sock.settimeout(60)
+        self._writer.write(data)
+
+    def read(self, timeout: float | None) -> bytes:
+        return self._reader.read_some(timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         for f in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close,
                   self._resp.close):
             with contextlib.suppress(Exception):

@@ -190,16 +190,24 @@ class LocalSandbox(Sandbox):
 
     def spawn(self, argv: list[str], env: dict[str, str] | None = None,
               cwd: str | None = None) -> _b.Channel:
-        """Start a long-running process (see `Sandbox.spawn`). It is not tied to the calling
-        thread (bwrap's --die-with-parent would kill it when that thread ends): it ends when
-        its stdin closes, at `restore(kill_processes=True)` or at `close()`."""
+        """Start a long-running process (see `Sandbox.spawn`)."""
         from skyhub.sandbox.pipe_channel import PipeChannel
+
+        return PipeChannel(self.open_stream(argv, env, cwd))
+
+    def open_stream(self, argv: list[str], env: dict[str, str] | None = None,
+                    cwd: str | None = None) -> _b.Stream:
+        """Start a long-running process (see `Sandbox.open_stream`). It is not tied to the
+        calling thread (bwrap's --die-with-parent would kill it when that thread ends): it
+        ends when its stdin closes, at `restore(kill_processes=True)` or at `close()`. Its
+        stderr goes to a log beside the workdir, quoted when it dies early."""
+        from skyhub.sandbox.pipe_channel import PipeStream
 
         self._check_open()
         full_env, wrap, host_cwd = self._launch(cwd, env, die_with_parent=False)
         log = self._root / f"spawn-{_b.new_id('p')}.log"  # beside the workdir: not the agent's
-        return PipeChannel([*(wrap or []), *argv], env=full_env, cwd=host_cwd,
-                           preexec_fn=self._limits(), stderr_log=str(log))
+        return PipeStream([*(wrap or []), *argv], env=full_env, cwd=host_cwd,
+                          preexec_fn=self._limits(), stderr_log=str(log))
 
     def _launch(self, cwd: str | None, env: dict[str, str] | None, die_with_parent: bool = True
                 ) -> tuple[dict[str, str], list[str] | None, str]:
@@ -226,7 +234,10 @@ class LocalSandbox(Sandbox):
         if self.network:
             argv += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-                 "--bind", str(self._work), self.workdir, "--chdir", cwd]
+                 "--bind", str(self._work), self.workdir,
+                 # a read-only root: `rm -rf /` cannot delete the /lib and /bin symlinks that
+                 # every later program in this namespace needs
+                 "--remount-ro", "/", "--chdir", cwd]
         if self.prlimit:  # in the new user namespace NPROC counts only the sandbox's tasks
             argv += [self.prlimit, f"--nproc={self.pids}", "--"]
         return argv

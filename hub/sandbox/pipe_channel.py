@@ -1,9 +1,9 @@
-"""`PipeChannel`: a long-running process on this machine, talked to over its stdin/stdout.
+"""Long-running processes on this machine: `PipeStream` (raw bytes) and `PipeChannel`
+(skyhub's message framing on top of one).
 
-What `LocalSandbox.spawn` returns: the process (usually bubblewrap around a kernel bridge or
-shell server) answers skyhub's framing, a 4-byte big-endian length and a UTF-8 JSON object
-per message. Reads have deadlines (select), so a hung process is a `ChannelTimeout`, never a
-hung caller.
+What `LocalSandbox.open_stream` and `LocalSandbox.spawn` return: the process (usually
+bubblewrap around a kernel bridge or a shell) is talked to over its stdin/stdout. Reads have
+deadlines (select), so a hung process is a timeout, never a hung caller.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from skyhub.sandbox import agent
-from skyhub.sandbox.base import Channel, ChannelBroken, ChannelTimeout
+from skyhub.sandbox.base import Channel, ChannelBroken, ChannelTimeout, Stream
 
 
-class PipeChannel(Channel):
-    """Start `argv` and exchange messages with it. Not thread-safe: one request at a time."""
+class PipeStream(Stream):
+    """Start `argv`; its stderr goes to `stderr_log` (a host file) or nowhere."""
 
     def __init__(self, argv: list[str], *, env: dict[str, str], cwd: str,
                  preexec_fn: Callable[[], None] | None = None,
@@ -37,30 +37,32 @@ class PipeChannel(Channel):
         if not isinstance(stderr, int):
             stderr.close()  # the child has its own copy
         self.pid = self.proc.pid
-        self._buf = bytearray()
-        self._seq = 0
         self._closed = False
 
-    def _read(self, n: int, deadline: float | None) -> bytes:
+    def write(self, data: bytes) -> None:
+        if self._closed:
+            raise ChannelBroken("the stream is closed")
+        try:
+            self.proc.stdin.write(data)  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError) as e:
+            raise ChannelBroken(f"process {self.pid}: {e!r}") from e
+
+    def read(self, timeout: float | None) -> bytes:
+        if self._closed:
+            raise ChannelBroken("the stream is closed")
         fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        while len(self._buf) < n:
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
-                raise ChannelTimeout(f"no reply from process {self.pid} in time")
-            ready, _, _ = select.select([fd], [], [], wait)
-            if not ready:
-                continue
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(timeout=1)
-                code = self.proc.poll()
-                raise ChannelBroken(f"process {self.pid} ended" + (
-                    "" if code is None else f" with exit code {code}") + self._stderr_tail())
-            self._buf += chunk
-        data = bytes(self._buf[:n])
-        del self._buf[:n]
-        return data
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            return b""
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=1)
+            code = self.proc.poll()
+            raise ChannelBroken(f"process {self.pid} ended" + (
+                "" if code is None else f" with exit code {code}") + self._stderr_tail())
+        return chunk
 
     def _stderr_tail(self, limit: int = 2000) -> str:
         if not self.stderr_log:
@@ -73,26 +75,6 @@ class PipeChannel(Channel):
         except OSError:
             return ""
         return f"; its stderr ends with:\n{tail}" if tail else ""
-
-    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        if self._closed:
-            raise ChannelBroken("the channel is closed")
-        self._seq += 1
-        body = json.dumps(dict(req, id=self._seq)).encode("utf-8")
-        try:
-            self.proc.stdin.write(struct.pack(">I", len(body)) + body)  # type: ignore[union-attr]
-            self.proc.stdin.flush()  # type: ignore[union-attr]
-        except (OSError, ValueError) as e:
-            raise ChannelBroken(f"process {self.pid}: {e!r}") from e
-        deadline = None if timeout is None else time.monotonic() + timeout
-        (size,) = struct.unpack(">I", self._read(4, deadline))
-        try:
-            reply = json.loads(self._read(size, deadline).decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ChannelBroken(f"malformed reply from process {self.pid}: {e}") from e
-        if not isinstance(reply, dict) or reply.get("id") != self._seq:
-            raise ChannelBroken(f"process {self.pid} answered out of turn")
-        return reply
 
     def close(self) -> None:
         """Close stdin (a well-behaved server exits and cleans up), then kill what is left."""
@@ -110,4 +92,42 @@ class PipeChannel(Channel):
             self.proc.stdout.close()  # type: ignore[union-attr]
 
 
-__all__ = ["PipeChannel"]
+class PipeChannel(Channel):
+    """skyhub's framing (4-byte big-endian length + UTF-8 JSON) over a `PipeStream`. Not
+    thread-safe: one request at a time."""
+
+    def __init__(self, stream: PipeStream) -> None:
+        self.stream = stream
+        self.pid = stream.pid
+        self._buf = bytearray()
+        self._seq = 0
+
+    def _read(self, n: int, deadline: float | None) -> bytes:
+        while len(self._buf) < n:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                raise ChannelTimeout(f"no reply from process {self.pid} in time")
+            self._buf += self.stream.read(wait)
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        self._seq += 1
+        body = json.dumps(dict(req, id=self._seq)).encode("utf-8")
+        self.stream.write(struct.pack(">I", len(body)) + body)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        (size,) = struct.unpack(">I", self._read(4, deadline))
+        try:
+            reply = json.loads(self._read(size, deadline).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ChannelBroken(f"malformed reply from process {self.pid}: {e}") from e
+        if not isinstance(reply, dict) or reply.get("id") != self._seq:
+            raise ChannelBroken(f"process {self.pid} answered out of turn")
+        return reply
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+__all__ = ["PipeChannel", "PipeStream"]

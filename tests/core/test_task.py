@@ -149,7 +149,7 @@ def test_load_jsonl_malformed_line_raises_value_error_naming_file_and_line(
         tmp_path: Path, bad_line: str) -> None:
     path = tmp_path / "tasks.jsonl"
     path.write_text('{"id": "a", "prompt": "p"}\n\n' + bad_line + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="not a task|not valid JSON") as e:
+    with pytest.raises(ValueError, match=r"not a task|not valid JSON") as e:
         load_jsonl(path)
     assert f"{path}:3:" in str(e.value)
 

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -eu
+echo 'Hello, skyhub!' > /work/greeting/hello.txt

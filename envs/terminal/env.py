@@ -1,0 +1,192 @@
+"""`TerminalEnv`: shell tasks in a sandbox, judged by the task's verifier script.
+
+    <bash>ls -la</bash>   -> <output>...</output> [exit 0] /work
+    <done/>               -> the verifier runs in the same sandbox; exit status 0 = reward 1
+
+One sandbox per env, reused: a reset restores its clean snapshot (files and processes), runs
+the task's setup script and starts a new shell. `max_turns` and the task's time budget
+(`meta["timeout_s"]`) also end the episode, and the verifier still decides: the work may be
+done even if the agent never said so.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from skyhub.env import TextEnv
+from skyhub.errors import InfraError, SandboxUnavailable
+from skyhub.protocol import find_tag
+
+from .session import CommandResult, ShellSession
+
+Step = tuple[str, float, bool, bool, dict[str, Any]]
+
+SYSTEM_PROMPT = (
+    "You are working in a Linux shell (bash) to complete a task. Run one or more commands by "
+    "writing them inside <bash> and </bash>; you will see their output, exit status and the "
+    "working directory. The shell keeps its state (directory, variables, background jobs) "
+    "between turns; there is no network and no one to answer interactive prompts, so use "
+    "non-interactive commands. Each command may run for {timeout:g} seconds. When the task "
+    "is complete, write <done/>. You have {max_turns} turns."
+)
+MALFORMED = ("Your turn had no command. Run commands with <bash>...</bash>, or write <done/> "
+             "when the task is complete.")
+VERIFY_TIMEOUT_S = 120.0
+SETUP_TIMEOUT_S = 300.0
+
+
+class TerminalEnv(TextEnv):
+    """Kwargs: `synth` (generated tasks; `seed` picks the stream, `n_tasks` how many) or
+    `path` (a task directory or a directory of them; default the bundled examples);
+    `backend` ("auto", "docker", "local"), `image` (docker; default skyhub's default image),
+    `max_turns`, `command_timeout` (s), `max_output` (bytes kept per command), `cpus`,
+    `memory_mb`."""
+
+    stop_strings = ("</bash>", "<done/>")
+
+    def __init__(self, *, synth: bool = False, seed: int = 0, n_tasks: int = 1000,
+                 path: str | Path | None = None, backend: str = "auto",
+                 image: str | None = None, max_turns: int = 30, command_timeout: float = 30.0,
+                 max_output: int = 16384, cpus: float = 1.0, memory_mb: int = 1024) -> None:
+        super().__init__()
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if command_timeout <= 0:
+            raise ValueError(f"command_timeout must be > 0 seconds, got {command_timeout}")
+        if synth and path is not None:
+            raise ValueError("pass either synth=True (generated tasks) or path=DIR, not both")
+        if synth:
+            from .synth import generate
+
+            self.tasks = generate(seed, n_tasks)
+        else:
+            from .tasks import load_tasks
+
+            self.tasks = load_tasks(path if path is not None else
+                                    Path(__file__).parent / "data" / "tasks")
+        self.backend, self.image, self.max_turns = backend, image, max_turns
+        self.command_timeout, self.max_output = command_timeout, max_output
+        self.cpus, self.memory_mb = cpus, memory_mb
+        self.system_prompt = SYSTEM_PROMPT.format(timeout=command_timeout, max_turns=max_turns)
+        self._sandbox: Any = None
+        self._clean: Any = None
+        self._shell: ShellSession | None = None
+        self._deadline = 0.0
+        self._stats: dict[str, float] = {}
+
+    # -- episodes ----------------------------------------------------------------------
+    def _fresh_sandbox(self) -> Any:
+        import skyhub.sandbox
+
+        if self._sandbox is None:
+            self._sandbox = skyhub.sandbox.create(image=self.image, backend=self.backend,
+                                                  cpus=self.cpus, memory_mb=self.memory_mb,
+                                                  pool="terminal")
+            self._clean = self._sandbox.snapshot()
+        else:
+            self._sandbox.restore(self._clean, kill_processes=True)
+        return self._sandbox
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        task = self.start_episode(seed, options)
+        self._stats = dict.fromkeys(("commands", "failed_commands", "timeouts", "restarts",
+                                     "format_errors"), 0.0)
+        if self._shell is not None:
+            self._shell.close()
+            self._shell = None
+        sb = self._fresh_sandbox()
+        setup = task.meta.get("setup") or ""
+        if setup.strip():
+            r = sb.exec(["bash", "-c", setup], timeout=SETUP_TIMEOUT_S)
+            if not r.ok:
+                raise InfraError(f"task {task.id}: setup failed (exit {r.exit_code}): "
+                                 f"{(r.stderr or r.stdout)[-500:]}")
+        self._shell = ShellSession(sb, max_output=self.max_output)
+        self._deadline = time.monotonic() + float(task.meta.get("timeout_s") or 600.0)
+        return task.prompt, self.make_info()
+
+    def step(self, action: str) -> Step:
+        assert self.task is not None and self._shell is not None, "call reset() before step()"
+        self.turn += 1
+        done = find_tag(action, "done") is not None or "<done/>" in action
+        m = find_tag(action, "bash")
+        if m is not None and m.content.strip() and not (done and m.start > action.find("<done")):
+            result = self._shell.run(m.content.strip("\n"), self.command_timeout)
+            self._count(result)
+            obs = render(result, self.command_timeout)
+        elif done:
+            return self._verify("", ended_by="done")
+        else:
+            self._stats["format_errors"] += 1
+            obs = MALFORMED
+        if done:
+            return self._verify(obs, ended_by="done")
+        if self.turn >= self.max_turns:
+            return self._verify(obs, ended_by="max_turns")
+        if time.monotonic() > self._deadline:
+            return self._verify(obs, ended_by="timeout")
+        left = self.max_turns - self.turn
+        return (f"{obs}\n({left} turn{'s' if left != 1 else ''} left)", 0.0, False, False,
+                self.make_info())
+
+    def _count(self, r: CommandResult) -> None:
+        self._stats["commands"] += 1
+        self._stats["failed_commands"] += r.exit_code not in (0, None)
+        self._stats["timeouts"] += r.timed_out
+        self._stats["restarts"] += r.restarted is not None
+
+    def _verify(self, obs: str, *, ended_by: str) -> Step:
+        """Run the verifier in the episode's sandbox; its exit status is the reward."""
+        assert self.task is not None
+        terminated, truncated = ended_by == "done", ended_by != "done"
+        try:
+            r = self._sandbox.exec(["bash", "-c", self.task.meta["verify"]],
+                                   timeout=VERIFY_TIMEOUT_S)
+        except (InfraError, SandboxUnavailable) as e:
+            return obs, 0.0, terminated, truncated, self.make_info(
+                "error", infra_error=True, reward_breakdown=dict(self._stats),
+                error=f"the verifier could not run: {e}", ended_by=ended_by)
+        ok = r.exit_code == 0 and not r.timed_out
+        info = self.make_info("success" if ok else "failure",
+                              reward_breakdown={**self._stats, "verified": float(ok)},
+                              ended_by=ended_by, verifier_exit_code=r.exit_code,
+                              verifier_output=(r.stdout + r.stderr)[-2000:])
+        return obs, float(ok), terminated, truncated, info
+
+    def reference_action(self) -> str | None:
+        """The task's solution script (run in a child bash, so its `exit` or `set -e` cannot
+        end the session), then `<done/>`."""
+        if self.task is None:
+            return None
+        if self.task.answer and self._stats.get("commands", 0) == 0:
+            return f"<bash>bash <<'SKYHUB_SOLUTION'\n{self.task.answer}\nSKYHUB_SOLUTION</bash>"
+        return "<done/>"
+
+    def close(self) -> None:
+        if self._shell is not None:
+            self._shell.close()
+            self._shell = None
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+
+def render(r: CommandResult, timeout: float) -> str:
+    """A command's observation: its output, then a status line."""
+    parts = [f"<output>\n{r.output.rstrip(chr(10))}\n</output>" if r.output.strip() else
+             "<output></output>"]
+    if r.restarted:
+        parts.append(f"[skyhub: {r.restarted}; a new shell was started in {r.cwd}: files are "
+                     "kept, variables and background jobs are lost]")
+    elif r.timed_out:
+        parts.append(f"[skyhub: the command ran past {timeout:g} s and was interrupted "
+                     "(Ctrl-C)]")
+    status = "interrupted" if r.exit_code is None else f"exit {r.exit_code}"
+    parts.append(f"[{status}] {r.cwd}")
+    return "\n".join(parts)
+
+
+__all__ = ["TerminalEnv", "render"]
