@@ -3,6 +3,8 @@
 An agent maps the conversation so far to its next action. Built-ins:
 - `oracle`: the env's reference action (gold SQL, solution script...), an upper bound that
   checks the env and its reward end to end;
+- `nop`: does nothing (empty turns until the env ends the episode), the lower bound of a
+  task with a verifier: a task that rewards it is broken;
 - `random`: a seeded choice among plausible protocol snippets and garbage, a lower bound
   that exercises the env's handling of malformed actions;
 - `script:module:function`: any Python callable `function(messages) -> str`.
@@ -44,6 +46,13 @@ class OracleAgent(Agent):
         return reference() or ""
 
 
+class NopAgent(Agent):
+    name = "nop"
+
+    def act(self, messages: list[Message], reference: ReferenceFn) -> str:
+        return ""
+
+
 class RandomAgent(Agent):
     """Plausible-looking actions chosen at random: tags with random content, empty actions,
     unclosed tags and free text."""
@@ -74,11 +83,14 @@ class ScriptAgent(Agent):
 
 
 def load_agent(spec: str, *, seed: int = 0) -> Agent:
-    """An agent from its command-line name: `oracle`, `random`, `script:module:function`."""
+    """An agent from its command-line name: `oracle`, `nop`, `random`,
+    `script:module:function`."""
     if spec == "oracle":
         return OracleAgent()
     if spec == "random":
         return RandomAgent(seed)
+    if spec == "nop":
+        return NopAgent()
     if spec.startswith("script:"):
         target = spec[len("script:"):]
         mod_name, _, attr = target.rpartition(":")
@@ -93,5 +105,5 @@ def load_agent(spec: str, *, seed: int = 0) -> Agent:
         if not callable(fn):
             raise ValueError(f"agent {spec!r}: {target} is not callable")
         return ScriptAgent(fn, name=spec)
-    raise ValueError(f"unknown agent {spec!r}: use oracle, random or script:module:function "
+    raise ValueError(f"unknown agent {spec!r}: use oracle, nop, random or script:module:function "
                      "(model-backed agents arrive with `skyhub eval`'s full harness)")

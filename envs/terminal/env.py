@@ -57,15 +57,7 @@ class TerminalEnv(TextEnv):
             raise ValueError(f"command_timeout must be > 0 seconds, got {command_timeout}")
         if synth and path is not None:
             raise ValueError("pass either synth=True (generated tasks) or path=DIR, not both")
-        if synth:
-            from .synth import generate
-
-            self.tasks = generate(seed, n_tasks)
-        else:
-            from .tasks import load_tasks
-
-            self.tasks = load_tasks(path if path is not None else
-                                    Path(__file__).parent / "data" / "tasks")
+        self.tasks = self._load_tasks(synth=synth, seed=seed, n_tasks=n_tasks, path=path)
         self.backend, self.image, self.max_turns = backend, image, max_turns
         self.command_timeout, self.max_output = command_timeout, max_output
         self.cpus, self.memory_mb = cpus, memory_mb
@@ -76,7 +68,29 @@ class TerminalEnv(TextEnv):
         self._deadline = 0.0
         self._stats: dict[str, float] = {}
 
+    def _load_tasks(self, *, synth: bool, seed: int, n_tasks: int,
+                    path: str | Path | None) -> Any:
+        if synth:
+            from .synth import generate
+
+            return generate(seed, n_tasks)
+        from .tasks import load_tasks
+
+        return load_tasks(path if path is not None else Path(__file__).parent / "data" / "tasks")
+
     # -- episodes ----------------------------------------------------------------------
+    def _prepare(self, task: Any) -> Any:
+        """A sandbox in the task's starting state: the env's own, restored to clean, with the
+        task's setup script run in it."""
+        sb = self._fresh_sandbox()
+        setup = task.meta.get("setup") or ""
+        if setup.strip():
+            r = sb.exec(["bash", "-c", setup], timeout=SETUP_TIMEOUT_S)
+            if not r.ok:
+                raise InfraError(f"task {task.id}: setup failed (exit {r.exit_code}): "
+                                 f"{(r.stderr or r.stdout)[-500:]}")
+        return sb
+
     def _fresh_sandbox(self) -> Any:
         import skyhub.sandbox
 
@@ -97,13 +111,7 @@ class TerminalEnv(TextEnv):
         if self._shell is not None:
             self._shell.close()
             self._shell = None
-        sb = self._fresh_sandbox()
-        setup = task.meta.get("setup") or ""
-        if setup.strip():
-            r = sb.exec(["bash", "-c", setup], timeout=SETUP_TIMEOUT_S)
-            if not r.ok:
-                raise InfraError(f"task {task.id}: setup failed (exit {r.exit_code}): "
-                                 f"{(r.stderr or r.stdout)[-500:]}")
+        sb = self._prepare(task)
         self._shell = ShellSession(sb, max_output=self.max_output)
         self._deadline = time.monotonic() + float(task.meta.get("timeout_s") or 600.0)
         return task.prompt, self.make_info()
@@ -139,22 +147,28 @@ class TerminalEnv(TextEnv):
         self._stats["restarts"] += r.restarted is not None
 
     def _verify(self, obs: str, *, ended_by: str) -> Step:
-        """Run the verifier in the episode's sandbox; its exit status is the reward."""
-        assert self.task is not None
+        """End the episode: the task's judge decides the reward (None: it could not run)."""
         terminated, truncated = ended_by == "done", ended_by != "done"
         try:
-            r = self._sandbox.exec(["bash", "-c", self.task.meta["verify"]],
-                                   timeout=VERIFY_TIMEOUT_S)
+            reward, breakdown, extra = self._judge()
         except (InfraError, SandboxUnavailable) as e:
+            reward, breakdown, extra = None, {}, {"error": f"the verifier could not run: {e}"}
+        if reward is None:
             return obs, 0.0, terminated, truncated, self.make_info(
-                "error", infra_error=True, reward_breakdown=dict(self._stats),
-                error=f"the verifier could not run: {e}", ended_by=ended_by)
+                "error", infra_error=True, reward_breakdown={**self._stats, **breakdown},
+                ended_by=ended_by, **extra)
+        return obs, reward, terminated, truncated, self.make_info(
+            "success" if reward >= 1.0 else "failure",
+            reward_breakdown={**self._stats, **breakdown}, ended_by=ended_by, **extra)
+
+    def _judge(self) -> tuple[float | None, dict[str, float], dict[str, Any]]:
+        """Run the verifier script in the episode's sandbox: exit status 0 is reward 1."""
+        assert self.task is not None
+        r = self._sandbox.exec(["bash", "-c", self.task.meta["verify"]],
+                               timeout=VERIFY_TIMEOUT_S)
         ok = r.exit_code == 0 and not r.timed_out
-        info = self.make_info("success" if ok else "failure",
-                              reward_breakdown={**self._stats, "verified": float(ok)},
-                              ended_by=ended_by, verifier_exit_code=r.exit_code,
-                              verifier_output=(r.stdout + r.stderr)[-2000:])
-        return obs, float(ok), terminated, truncated, info
+        return float(ok), {"verified": float(ok)}, {
+            "verifier_exit_code": r.exit_code, "verifier_output": (r.stdout + r.stderr)[-2000:]}
 
     def reference_action(self) -> str | None:
         """The task's solution script (run in a child bash, so its `exit` or `set -e` cannot
