@@ -106,10 +106,11 @@ class HarborEnv(TerminalEnv):
         if self.task is None:
             return None
         solution = Path(self.task.meta["path"]) / "solution"
-        if self.task.answer and self._stats.get("commands", 0) == 0 and solution.is_dir():
+        if self.task.answer and not self._reference_sent and solution.is_dir():
+            self._reference_sent = True
             with contextlib.suppress(Exception):
                 _put_dir(self._sandbox.container, solution, "solution")
-            return "<bash>bash /solution/solve.sh</bash>"
+            return f"<bash>(cd {self._sandbox.workdir} && bash /solution/solve.sh)</bash>"
         return "<done/>"
 
 

@@ -66,6 +66,7 @@ class TerminalEnv(TextEnv):
         self._clean: Any = None
         self._shell: ShellSession | None = None
         self._deadline = 0.0
+        self._reference_sent = False
         self._stats: dict[str, float] = {}
 
     def _load_tasks(self, *, synth: bool, seed: int, n_tasks: int,
@@ -108,6 +109,7 @@ class TerminalEnv(TextEnv):
         task = self.start_episode(seed, options)
         self._stats = dict.fromkeys(("commands", "failed_commands", "timeouts", "restarts",
                                      "format_errors"), 0.0)
+        self._reference_sent = False
         if self._shell is not None:
             self._shell.close()
             self._shell = None
@@ -171,12 +173,14 @@ class TerminalEnv(TextEnv):
             "verifier_exit_code": r.exit_code, "verifier_output": (r.stdout + r.stderr)[-2000:]}
 
     def reference_action(self) -> str | None:
-        """The task's solution script (run in a child bash, so its `exit` or `set -e` cannot
-        end the session), then `<done/>`."""
+        """The task's solution script (run in a child bash in the workdir, so its `exit` or
+        `set -e` cannot end the session), then `<done/>`: the oracle's next action."""
         if self.task is None:
             return None
-        if self.task.answer and self._stats.get("commands", 0) == 0:
-            return f"<bash>bash <<'SKYHUB_SOLUTION'\n{self.task.answer}\nSKYHUB_SOLUTION</bash>"
+        if self.task.answer and not self._reference_sent:
+            self._reference_sent = True
+            return (f"<bash>(cd {self._sandbox.workdir} && bash <<'SKYHUB_SOLUTION'\n"
+                    f"{self.task.answer}\nSKYHUB_SOLUTION\n)</bash>")
         return "<done/>"
 
     def close(self) -> None:

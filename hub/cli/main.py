@@ -185,7 +185,8 @@ def eval_cmd(
     env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-lookup.")],
     kwargs: KwargsArg = None,
     agent: Annotated[str, typer.Option(
-        help="oracle (the env's reference actions), random, or script:module:function "
+        help="oracle (the env's reference actions), nop (does nothing), random, or "
+             "script:module:function "
              "(a callable from chat messages to the next action).")] = "oracle",
     n: Annotated[int, typer.Option("--n", help="Number of episodes.")] = 100,
     concurrency: Annotated[int, typer.Option(help="Episodes run at once.")] = 8,
