@@ -17,8 +17,8 @@ from typing import Any
 
 from skyhub.env import TextEnv
 from skyhub.errors import InfraError, SandboxUnavailable
-from skyhub.protocol import find_tag
 
+from . import protocol
 from .session import CommandResult, ShellSession
 
 Step = tuple[str, float, bool, bool, dict[str, Any]]
@@ -44,7 +44,9 @@ class TerminalEnv(TextEnv):
     `max_turns`, `command_timeout` (s), `max_output` (bytes kept per command), `cpus`,
     `memory_mb`."""
 
-    stop_strings = ("</bash>", "<done/>")
+    stop_strings = ("</bash>", "<done/>", "</tool_call>")
+    #: The same actions as function-calling tools (see `protocol`), for chat templates.
+    tools = protocol.TOOLS
 
     def __init__(self, *, synth: bool = False, seed: int = 0, n_tasks: int = 1000,
                  path: str | Path | None = None, backend: str = "auto",
@@ -121,17 +123,20 @@ class TerminalEnv(TextEnv):
     def step(self, action: str) -> Step:
         assert self.task is not None and self._shell is not None, "call reset() before step()"
         self.turn += 1
-        done = find_tag(action, "done") is not None or "<done/>" in action
-        m = find_tag(action, "bash")
-        if m is not None and m.content.strip() and not (done and m.start > action.find("<done")):
-            result = self._shell.run(m.content.strip("\n"), self.command_timeout)
-            self._count(result)
-            obs = render(result, self.command_timeout)
-        elif done:
+        act = protocol.parse(action)
+        if act.commands:
+            outputs = []
+            for command in act.commands:
+                result = self._shell.run(command, self.command_timeout)
+                self._count(result)
+                outputs.append(render(result, self.command_timeout))
+            obs = "\n".join(outputs)
+        elif act.done:
             return self._verify("", ended_by="done")
         else:
             self._stats["format_errors"] += 1
             obs = MALFORMED
+        done = act.done
         if done:
             return self._verify(obs, ended_by="done")
         if self.turn >= self.max_turns:

@@ -151,3 +151,36 @@ def test_bundled_directory_tasks_and_contract(backend: str) -> None:
         pytest.skip("the contract is checked on the local backend")
     report = check_env("terminal", env_kwargs={"backend": backend}, episodes=1)
     assert report.ok, [r for r in report.results if not r.passed]
+
+
+def test_programs_that_wait_for_a_person_cannot_hang(shell: ShellSession) -> None:
+    r = shell.run("python3", timeout=5)  # a REPL reads /dev/null: it ends at once
+    assert not r.timed_out and r.exit_code == 0
+    r = shell.run("read answer </dev/tty; echo never", timeout=1)  # straight from the terminal
+    assert r.timed_out and "never" not in r.output
+    assert shell.run("echo free").output == "free\n"
+
+
+def test_tool_calls_and_tags_parse_the_same() -> None:
+    from skyhub.envs.terminal.protocol import TOOLS, parse
+
+    assert parse("<bash>ls</bash>") == parse(
+        '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>')
+    assert parse('<tool_call>{"name": "bash", "arguments": "{\\"command\\": \\"pwd\\"}"}'
+                 '</tool_call><tool_call>{"name": "done", "arguments": {}}</tool_call>'
+                 ).commands == ("pwd",)
+    assert parse("<done/>").done and not parse("<done/>").commands
+    assert parse("<bash>echo a</bash>\n<done/>").done
+    assert not parse("<done/> <bash>rm -rf /</bash>").commands  # finished first: ignored
+    assert parse('<tool_call>{"name": "bash"}</tool_call>') == parse("nothing")
+    assert [t["function"]["name"] for t in TOOLS] == ["bash", "done"]
+
+
+def test_a_tool_calling_agent_plays_an_episode(synth_env: skyhub.TextEnv) -> None:
+    synth_env.reset(seed=2)
+    obs, *_ = synth_env.step('<tool_call>{"name": "bash", "arguments": '
+                             '{"command": "echo via-tool"}}</tool_call>')
+    assert "via-tool" in obs
+    _, _, terminated, _, info = synth_env.step(
+        '<tool_call>{"name": "done", "arguments": {}}</tool_call>')
+    assert terminated and info["ended_by"] == "done"

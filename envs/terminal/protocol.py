@@ -1,0 +1,85 @@
+"""What a terminal agent may send: `<bash>` blocks and `<done/>`, or the same as tool calls.
+
+    <bash>ls -la</bash>                                     run a command
+    <done/>                                                 finish; the verifier decides
+    <tool_call>{"name": "bash", "arguments": {"command": "ls -la"}}</tool_call>
+    <tool_call>{"name": "done", "arguments": {}}</tool_call>
+
+Tool calls follow the Hermes/Qwen chat templates (a JSON object in `<tool_call>` tags, as
+vLLM's tool parsers emit them); `arguments` may also be a JSON string, as in OpenAI's API.
+`TOOLS` is the matching function schema, for trainers that pass tools to the chat template.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from skyhub.protocol import find_all, find_tag
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "bash",
+        "description": "Run a command in the persistent bash session; returns its output, "
+                       "exit status and the working directory.",
+        "parameters": {"type": "object", "properties": {"command": {
+            "type": "string", "description": "The command(s) to run."}},
+            "required": ["command"]}}},
+    {"type": "function", "function": {
+        "name": "done", "description": "Finish the task; the verifier checks the result.",
+        "parameters": {"type": "object", "properties": {}}}},
+]
+_BASH_NAMES = {"bash", "shell", "execute_bash", "run_command", "terminal"}
+_DONE_NAMES = {"done", "finish", "submit"}
+_DONE_TAG = re.compile(r"<done\s*/?>", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Action:
+    """`commands` to run in order, then finish when `done`."""
+
+    commands: tuple[str, ...]
+    done: bool
+
+
+def _tool_call(text: str) -> tuple[str, str] | None:
+    """("bash", command) or ("done", "") from one tool call's JSON; None if it is neither."""
+    try:
+        call = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(call, dict):
+        return None
+    call = call.get("function", call)  # OpenAI's {"type": "function", "function": {...}}
+    name, args = str(call.get("name", "")).lower(), call.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            return None
+    if name in _DONE_NAMES:
+        return "done", ""
+    if name in _BASH_NAMES and isinstance(args, dict):
+        command = args.get("command", args.get("cmd"))
+        if isinstance(command, str) and command.strip():
+            return "bash", command
+    return None
+
+
+def parse(action: str) -> Action:
+    """The commands and the done flag in a turn: tool calls when there are any, else the
+    first `<bash>` block and a `<done/>` after it (a `<done/>` before the block means the
+    agent finished; the block is then ignored)."""
+    calls = [c for m in find_all(action, "tool_call") if (c := _tool_call(m.content.strip()))]
+    if calls:
+        return Action(tuple(c for kind, c in calls if kind == "bash"),
+                      any(kind == "done" for kind, _ in calls))
+    done = _DONE_TAG.search(action)
+    m = find_tag(action, "bash")
+    if m is not None and m.content.strip() and (done is None or m.start < done.start()):
+        return Action((m.content.strip("\n"),), done is not None)
+    return Action((), done is not None or find_tag(action, "done") is not None)
+
+
+__all__ = ["TOOLS", "Action", "parse"]
