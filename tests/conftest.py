@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import os
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,44 @@ def tmp_env_id() -> Iterator[str]:
     env_id = f"testtmp-env{next(_counter)}"
     yield env_id
     unregister(env_id)
+
+
+# -- services: skip where missing, fail where CI requires them (SKYHUB_REQUIRE_*=1 in .ci/run)
+def need_service(what: str, env_var: str, reason: str) -> None:
+    if os.environ.get(env_var) == "1":
+        pytest.fail(f"{what} is required here ({env_var}=1) but {reason}")
+    pytest.skip(f"{what}: {reason} (bash scripts/services.sh installs and starts it)")
+
+
+@pytest.fixture(scope="session")
+def docker_daemon() -> Iterator[None]:
+    """A Docker daemon that answers, and a check after the session that no container with
+    skyhub's labels and this process as owner is left behind."""
+    from skyhub.sandbox.docker import docker_available
+
+    if not docker_available():
+        need_service("Docker", "SKYHUB_REQUIRE_DOCKER", "no Docker daemon answers")
+    yield
+    import docker
+
+    client = docker.from_env()
+    left = client.containers.list(all=True, filters={
+        "label": ["skyhub.sandbox=1", f"skyhub.owner_pid={os.getpid()}"]})
+    names = [c.name for c in left]
+    for c in left:
+        c.remove(force=True)
+    assert not names, f"tests left sandbox containers behind: {names}"
+
+
+@pytest.fixture(scope="session")
+def bwrap() -> str:
+    path = shutil.which("bwrap")
+    if path is None:
+        need_service("bubblewrap", "SKYHUB_REQUIRE_BWRAP", "bwrap is not on the PATH")
+    return path
+
+
+@pytest.fixture(scope="session")
+def need() -> Callable[[str, str, str], None]:
+    """`need(what, env_var, reason)`: skip, or fail when `env_var`=1 (CI)."""
+    return need_service

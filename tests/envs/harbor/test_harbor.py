@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,13 +89,8 @@ def test_harbor_without_a_path_says_how_to_fix() -> None:
 
 # ------------------------------------------------------------------------------ in Docker
 @pytest.fixture(scope="module")
-def docker_ok() -> None:
-    from skyhub.sandbox.docker import docker_available
-
-    if not docker_available():
-        if os.environ.get("SKYHUB_REQUIRE_DOCKER") == "1":
-            pytest.fail("Docker is required here (SKYHUB_REQUIRE_DOCKER=1) but no daemon answers")
-        pytest.skip("Docker: no daemon answers (bash scripts/services.sh starts one)")
+def docker_ok(docker_daemon: None) -> None:
+    """Harbor runs on Docker only."""
 
 
 @pytest.fixture(scope="module")

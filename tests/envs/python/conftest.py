@@ -7,44 +7,30 @@ missing. One session per backend is shared by a test module: a kernel's cold sta
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
 
-def _need(what: str, env_var: str, reason: str) -> None:
-    if os.environ.get(env_var) == "1":
-        pytest.fail(f"{what} is required here ({env_var}=1) but {reason}")
-    pytest.skip(f"{what}: {reason} (bash scripts/services.sh installs and starts it)")
-
-
-def require_backend(backend: str) -> None:
-    if backend == "local":
-        if shutil.which("bwrap") is None:
-            _need("bubblewrap", "SKYHUB_REQUIRE_BWRAP", "bwrap is not on the PATH")
+@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request: pytest.FixtureRequest) -> str:
+    need = request.getfixturevalue("need")
+    if request.param == "local":
+        request.getfixturevalue("bwrap")
         from skyhub.envs.python.kernel import local_runtime
         from skyhub.errors import SandboxUnavailable
 
         try:
             local_runtime()
         except SandboxUnavailable as e:
-            _need("a Python with ipykernel for local sandboxes", "SKYHUB_REQUIRE_BWRAP", str(e))
+            need("a Python with ipykernel for local sandboxes", "SKYHUB_REQUIRE_BWRAP", str(e))
     else:
+        request.getfixturevalue("docker_daemon")
         from skyhub.sandbox import images
-        from skyhub.sandbox.docker import docker_available
 
-        if not docker_available():
-            _need("Docker", "SKYHUB_REQUIRE_DOCKER", "no Docker daemon answers")
         if not images.is_built(images.image_tag("python")):
-            _need("skyhub's python image", "SKYHUB_REQUIRE_DOCKER",
-                  f"{images.image_tag('python')} is not built (`skyhub images build`)")
-
-
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> str:
-    require_backend(request.param)
+            need("skyhub's python image", "SKYHUB_REQUIRE_DOCKER",
+                 f"{images.image_tag('python')} is not built (`skyhub images build`)")
     return request.param
 
 

@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import pickle
-import shutil
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,12 +30,7 @@ ECHO_SUM = {"kind": "stdio", "cases": [{"input": "1 2\n", "output": "3\n"},
 
 
 @pytest.fixture(scope="module")
-def sb() -> Iterator[Sandbox]:
-    if shutil.which("bwrap") is None:
-        if os.environ.get("SKYHUB_REQUIRE_BWRAP") == "1":
-            pytest.fail("bwrap is not installed but SKYHUB_REQUIRE_BWRAP=1")
-        pytest.skip("bwrap (bubblewrap) is not installed: the local sandbox would not isolate "
-                    "the graded programs; install bubblewrap to run these tests")
+def sb(bwrap: str) -> Iterator[Sandbox]:
     sandbox = skyhub.sandbox.create(backend="local")
     yield sandbox
     sandbox.close()

@@ -3,8 +3,6 @@ commands, and whole episodes judged by verifiers."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,21 +15,9 @@ from skyhub.envs.terminal.session import ShellSession, printable
 pytestmark = pytest.mark.slow
 
 
-def _need(what: str, env_var: str, reason: str) -> None:
-    if os.environ.get(env_var) == "1":
-        pytest.fail(f"{what} is required here ({env_var}=1) but {reason}")
-    pytest.skip(f"{what}: {reason} (bash scripts/services.sh installs and starts it)")
-
-
 @pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
 def backend(request: pytest.FixtureRequest) -> str:
-    if request.param == "local" and shutil.which("bwrap") is None:
-        _need("bubblewrap", "SKYHUB_REQUIRE_BWRAP", "bwrap is not on the PATH")
-    if request.param == "docker":
-        from skyhub.sandbox.docker import docker_available
-
-        if not docker_available():
-            _need("Docker", "SKYHUB_REQUIRE_DOCKER", "no Docker daemon answers")
+    request.getfixturevalue("bwrap" if request.param == "local" else "docker_daemon")
     return request.param
 
 

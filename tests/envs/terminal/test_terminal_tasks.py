@@ -8,8 +8,6 @@ could never be satisfied. Without bwrap these tests skip, unless SKYHUB_REQUIRE_
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -28,13 +26,7 @@ BUNDLED = list(load_tasks(BUNDLED_DIR))
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[tuple[Sandbox, Snapshot]]:
-    if shutil.which("bwrap") is None:
-        if os.environ.get("SKYHUB_REQUIRE_BWRAP") == "1":
-            pytest.fail("SKYHUB_REQUIRE_BWRAP=1 but bwrap is not on the PATH; install "
-                        "bubblewrap (apt-get install bubblewrap)")
-        pytest.skip("bwrap is not on the PATH: terminal tasks need a local bubblewrap sandbox "
-                    "(apt-get install bubblewrap)")
+def sandbox(bwrap: str) -> Iterator[tuple[Sandbox, Snapshot]]:
     sb = skyhub.sandbox.create(backend="local")
     try:
         yield sb, sb.snapshot()
