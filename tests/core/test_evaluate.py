@@ -93,6 +93,13 @@ def test_script_agent_loads_from_a_module(tmp_path: Path, monkeypatch: pytest.Mo
         load_agent("gpt-17")
 
 
+def test_nop_agent_does_nothing_and_scores_zero() -> None:
+    agent = load_agent("nop")
+    assert agent.name == "nop" and agent.act([], lambda: "<answer>gold</answer>") == ""
+    summary, _ = evaluate.run("toy-lookup", agent, n=4, concurrency=2)
+    assert summary.mean_reward == 0.0 and summary.infra_errors == 0
+
+
 def test_eval_command_writes_episodes_and_a_summary_that_agree(tmp_path: Path) -> None:
     out = tmp_path / "run"
     result = CliRunner().invoke(app, ["eval", "toy-lookup", "max_turns=4", "--agent", "random",
