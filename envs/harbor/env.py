@@ -50,6 +50,8 @@ class HarborEnv(TerminalEnv):
                              "`harbor-examples` has bundled ones")
         super().__init__(path=path, backend="docker", max_turns=max_turns,
                          command_timeout=command_timeout, max_output=max_output)
+        # network access is per task (task.toml), so the shared prompt does not promise none
+        self.system_prompt = self.system_prompt.replace("there is no network and ", "there is ")
 
     def _load_tasks(self, *, synth: bool, seed: int, n_tasks: int,
                     path: str | Path | None) -> Any:
