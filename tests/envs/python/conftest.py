@@ -7,23 +7,29 @@ missing. One session per backend is shared by a test module: a kernel's cold sta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+
+
+@pytest.fixture(scope="module")
+def local_backend(bwrap: str, need: Callable[[str, str, str], None]) -> str:
+    """"local", when bubblewrap and a Python with ipykernel are there for it."""
+    from skyhub.envs.python.kernel import local_runtime
+    from skyhub.errors import SandboxUnavailable
+
+    try:
+        local_runtime()
+    except SandboxUnavailable as e:
+        need("a Python with ipykernel for local sandboxes", "SKYHUB_REQUIRE_BWRAP", str(e))
+    return "local"
 
 
 @pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
 def backend(request: pytest.FixtureRequest) -> str:
     need = request.getfixturevalue("need")
     if request.param == "local":
-        request.getfixturevalue("bwrap")
-        from skyhub.envs.python.kernel import local_runtime
-        from skyhub.errors import SandboxUnavailable
-
-        try:
-            local_runtime()
-        except SandboxUnavailable as e:
-            need("a Python with ipykernel for local sandboxes", "SKYHUB_REQUIRE_BWRAP", str(e))
+        request.getfixturevalue("local_backend")
     else:
         request.getfixturevalue("docker_daemon")
         from skyhub.sandbox import images
