@@ -1,0 +1,255 @@
+"""Training configs: plain dataclasses, loaded from a recipe's YAML plus `key=value` overrides.
+
+    cfg = load_config("sql-grpo-653", ["optim.lr=2e-6", "loop.out=runs/try2"])
+    print(to_yaml(cfg))                       # what `skyhub train --print-config` shows
+
+A recipe is `trainer/recipes/<name>.yaml` (or any YAML path) holding some of the sections
+below; what it leaves out keeps the defaults here. Overrides use dotted keys and YAML values
+(`rollout.stop=["</sql>"]`, `algo.dual_clip=null`). Unknown keys and values of the wrong type
+are `UsageError`s that name the closest key or the expected type, so a typo never trains a
+model with a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skyhub.errors import UsageError
+
+RECIPES_DIR = Path(__file__).parent / "recipes"
+
+
+@dataclass
+class ModelConfig:
+    """The policy: a Hugging Face id or path, or "tiny" (a small random model and a locally
+    trained tokenizer: no download)."""
+
+    name_or_path: str = "tiny"
+    dtype: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class EnvConfig:
+    """Which skyhub env to train on (`skyhub.make_vec(id, num_envs, **kwargs)`), and to
+    evaluate on."""
+
+    id: str = "toy-arith"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    num_envs: int = 8
+    eval_id: str | None = None
+    eval_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"  # "hf" or "vllm"
+    samples_per_prompt: int = 5
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_turns: int = 1
+    max_tokens_per_turn: int = 256
+    max_input_tokens: int = 4096
+    stop: list[str] = field(default_factory=list)  # empty: the env's stop_strings
+
+
+@dataclass
+class AlgoConfig:
+    advantage: str = "grpo"  # grpo, dr_grpo, rloo, reinforce++, gae
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    aggregation: str = "token-mean"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    kl_in_reward: bool = False
+    tis_cap: float | None = 2.0  # truncated importance sampling against engine logprobs
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    train_batch_size: int = 256  # episodes per step
+    mini_batch_size: int = 256  # episodes per optimizer update
+    micro_batch_tokens: int = 8192  # packed tokens per forward/backward
+    epochs: int = 1  # passes over each step's batch
+    warmup_steps: int = 0
+
+
+@dataclass
+class LoopConfig:
+    mode: str = "sync"  # "sync" or "async"
+    max_staleness: int = 1  # policy versions a sample may lag behind, in async mode
+    total_epochs: int = 1  # passes over the env's tasks
+    max_steps: int | None = None
+    eval_every: int = 5
+    save_every: int = 50
+    seed: int = 0
+    out: str = "runs/default"
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = ""
+    notes: str = ""  # hardware and provenance, shown by --print-config
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+
+
+CHOICES = {"rollout.engine": ("hf", "vllm"),
+           "algo.advantage": ("grpo", "dr_grpo", "rloo", "reinforce++", "gae"),
+           "algo.aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                "seq-mean-token-sum-norm"),
+           "algo.kl_estimator": ("k1", "k2", "k3"), "loop.mode": ("sync", "async")}
+
+
+# ------------------------------------------------------------------------------ loading
+def recipes() -> list[str]:
+    """The bundled recipe names."""
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def load_config(recipe: str | Path | None = None, overrides: list[str] | None = None
+                ) -> TrainConfig:
+    """Defaults, then the recipe (a bundled name or a YAML path), then `key=value` overrides."""
+    import yaml
+
+    cfg = TrainConfig()
+    if recipe is not None:
+        path = Path(recipe)
+        if not path.suffix:
+            path = RECIPES_DIR / f"{recipe}.yaml"
+        if not path.is_file():
+            raise UsageError(f"no recipe {str(recipe)!r}: bundled ones are {recipes()}; or "
+                             "pass the path of a YAML file")
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise UsageError(f"{path}: not valid YAML ({e})") from None
+        if not isinstance(doc, dict):
+            raise UsageError(f"{path}: a recipe is a mapping of sections, got "
+                             f"{type(doc).__name__}")
+        _merge(cfg, doc, str(path))
+        cfg.recipe = cfg.recipe or path.stem
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"override {item!r}: write key=value, e.g. optim.lr=1e-6")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        _set(cfg, key.strip(), value, "override")
+    _check_choices(cfg)
+    return cfg
+
+
+def _merge(cfg: Any, doc: dict[str, Any], where: str, prefix: str = "") -> None:
+    for key, value in doc.items():
+        full = f"{prefix}{key}"
+        target = getattr(cfg, key, None) if isinstance(key, str) else None
+        if dataclasses.is_dataclass(target) and isinstance(value, dict):
+            _merge(target, value, where, full + ".")
+        else:
+            _set(cfg, key, value, where, prefix)
+
+
+def _set(root: Any, dotted: str, value: Any, where: str, prefix: str = "") -> None:
+    """Set `dotted` (e.g. "optim.lr") on `root`, checking the key and coercing the type."""
+    obj, parts = root, dotted.split(".")
+    for i, name in enumerate(parts):
+        names = [f.name for f in dataclasses.fields(obj)]
+        full = prefix + ".".join(parts[:i + 1])
+        if name not in names:
+            near = difflib.get_close_matches(name, names, n=1)
+            raise UsageError(f"{where}: unknown config key {full!r}" + (
+                f"; did you mean {prefix + '.'.join([*parts[:i], near[0]])!r}?" if near else
+                f"; keys here: {', '.join(names)}"))
+        if i == len(parts) - 1:
+            hint = typing.get_type_hints(type(obj))[name]
+            setattr(obj, name, _coerce(value, hint, full, where))
+            return
+        obj = getattr(obj, name)
+        if not dataclasses.is_dataclass(obj):
+            raise UsageError(f"{where}: {full!r} is a value, not a section")
+
+
+def _coerce(value: Any, hint: Any, key: str, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], key, where)
+    bad = UsageError(f"{where}: {key} must be {getattr(hint, '__name__', hint)}, "
+                     f"got {value!r}")
+    if dataclasses.is_dataclass(hint):
+        raise UsageError(f"{where}: {key} is a section; set its keys ({key}.NAME=...)")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise bad
+        try:
+            return float(value)  # YAML reads 1e-6 (no dot) as a string
+        except ValueError:
+            raise bad from None
+    if hint is str:
+        if isinstance(value, dict | list):
+            raise bad
+        return str(value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise bad
+        return [_coerce(v, args[0], key, where) for v in value] if args else value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise bad
+        return dict(value)
+    return value
+
+
+def _check_choices(cfg: TrainConfig) -> None:
+    for dotted, allowed in CHOICES.items():
+        section, name = dotted.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value not in allowed:
+            raise UsageError(f"{dotted} must be one of {', '.join(allowed)}, not {value!r}")
+    if cfg.algo.dual_clip is not None and cfg.algo.dual_clip <= 1:
+        raise UsageError(f"algo.dual_clip must be > 1 (or null), not {cfg.algo.dual_clip}")
+    if cfg.optim.train_batch_size % cfg.optim.mini_batch_size:
+        raise UsageError(f"optim.train_batch_size ({cfg.optim.train_batch_size}) must be a "
+                         f"multiple of optim.mini_batch_size ({cfg.optim.mini_batch_size})")
+
+
+def to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def to_yaml(cfg: TrainConfig) -> str:
+    """The resolved config as YAML; `load_config(path_of_that_yaml)` gives it back."""
+    import yaml
+
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False)
+
+
+__all__ = ["AlgoConfig", "EnvConfig", "LoopConfig", "ModelConfig", "OptimConfig",
+           "RolloutConfig", "TrainConfig", "load_config", "recipes", "to_dict", "to_yaml"]
