@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,29 +16,13 @@ from typer.testing import CliRunner
 import skyhub
 from skyhub.checks import check_env
 from skyhub.cli.main import app
-from skyhub.task import Task
 
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
 pytest.importorskip("bm25s")
 
+from search_data import PLANTED, TASK
+
 from skyhub.envs.search.index import BM25Index, iter_corpus, split_title
-
-PLANTED = {"id": "planted", "contents": '"Zorblat Quintessa"\nZorblat Quintessa is a purple '
-                                        'lighthouse on the moon, built by Mirela Vantongeren.'}
-TASK = Task(id="q-zorblat", prompt="Who built the Zorblat Quintessa lighthouse?",
-            answer=["Mirela Vantongeren"],
-            meta={"split": "test", "question": "Who built the Zorblat Quintessa lighthouse?",
-                  "golden_answers": ["Mirela Vantongeren"], "dataset": "test"})
-
-
-@pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    rows = [json.loads(line) for line in
-            (Path(skyhub.envs.search.__file__).parent / "data/corpus.jsonl").read_text()
-            .splitlines()]
-    rows.insert(57, PLANTED)
-    path = tmp_path / "corpus.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def play(env, actions: list[str]):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,20 +10,14 @@ from typer.testing import CliRunner
 
 import skyhub
 from skyhub.cli.main import app
-from skyhub.task import Task
 
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
 pytest.importorskip("tantivy")
+
+from search_data import PLANTED, TASK
 
 from skyhub.envs.search.index import get_index, index_class, iter_corpus
 from skyhub.envs.search.index_tantivy import TantivyIndex, sanitize_query
-
-PLANTED = {"id": "planted", "contents": '"Zorblat Quintessa"\nZorblat Quintessa is a purple '
-                                        'lighthouse on the moon, built by Mirela Vantongeren.'}
-TASK = Task(id="q-zorblat", prompt="Who built the Zorblat Quintessa lighthouse?",
-            answer=["Mirela Vantongeren"],
-            meta={"split": "test", "question": "Who built the Zorblat Quintessa lighthouse?",
-                  "golden_answers": ["Mirela Vantongeren"], "dataset": "test",
-                  "gold_title": "Zorblat Quintessa"})
 
 HOSTILE = ['"unbalanced quote', 'Zorblat "Quintessa', "(((Zorblat", "Zorblat))) AND",
            "Zorblat AND", "AND", "OR NOT", "NOT Zorblat", "title:Zorblat", "id:planted",
@@ -32,15 +26,6 @@ HOSTILE = ['"unbalanced quote', 'Zorblat "Quintessa', "(((Zorblat", "Zorblat))) 
            "Zorblät Quintéssa 灯台 маяк 🌕", "\x00\x01\n\t", "/regex.*/", "'single' `tick`"]
 
 
-@pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    rows = [json.loads(line) for line in
-            (Path(skyhub.envs.search.__file__).parent / "data/corpus.jsonl").read_text()
-            .splitlines()]
-    rows.insert(57, PLANTED)
-    path = tmp_path / "corpus.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 @pytest.fixture

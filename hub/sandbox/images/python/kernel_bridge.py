@@ -167,7 +167,6 @@ class Bridge:
     def __init__(self):
         self.current = None
         self._spare = None
-        self._spare_error = None
         self._spare_thread = None
 
     # -- kernels -----------------------------------------------------------------------
@@ -175,12 +174,11 @@ class Bridge:
         def run():
             for k in retired:  # already killed; their sockets and files go here, off the clock
                 k.cleanup()
-            try:
+            # no spare on failure: the next reset starts a kernel itself and reports any error
+            with contextlib.suppress(Exception):
                 self._spare = Kernel()
-            except Exception as e:
-                self._spare_error = f"{type(e).__name__}: {e}"
 
-        self._spare, self._spare_error = None, None
+        self._spare = None
         self._spare_thread = threading.Thread(target=run, daemon=True)
         self._spare_thread.start()
 
