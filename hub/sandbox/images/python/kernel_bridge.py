@@ -38,7 +38,7 @@ import agent  # noqa: E402
 
 MARKER = "SKYHUB_KERNEL"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-INTERRUPT_GRACE_S = 3.0
+INTERRUPT_GRACE_S = 5.0  # generous: a CPU-capped container also runs the spare kernel
 START_TIMEOUT_S = 60.0
 # Jupyter's and IPython's files go to a private temp dir, never into the agent's workdir/home
 RUNTIME = os.path.join(tempfile.gettempdir(), f".skyhub-jupyter-{os.getuid()}")
