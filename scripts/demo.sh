@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The Quickstart's main job: set up, then evaluate two agents on a bundled multi-turn env.
-# The oracle follows the env's reference actions (an upper bound that checks env and reward
-# end to end); the random agent is the floor. Results go to runs/demo-*/.
+# The Quickstart's main job: set up, then train. GRPO takes a randomly initialised model (with a
+# tokenizer trained on the env's own text: nothing is downloaded) from chance to >= 0.9 on
+# toy-recall in a few minutes on a CPU. Metrics, curves.png, TensorBoard logs and checkpoints
+# go to runs/tiny-cpu/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-for agent in oracle random; do
-  .venv/bin/skyhub eval toy-lookup split=dev --agent "$agent" --n 100 --concurrency 16 --seed 0 \
-    --out "runs/demo-$agent"
-done
+exec .venv/bin/skyhub train --recipe tiny-cpu --out runs/tiny-cpu "$@"

@@ -52,3 +52,26 @@ def test_command_line_tour_runs(tmp_path: Path) -> None:
                            text=True, timeout=120, env={**os.environ, "COLUMNS": "120"})
         assert r.returncode == 0, f"{line}\n{r.stdout}\n{r.stderr}"
     assert (tmp_path / "runs" / "oracle" / "summary.json").is_file()
+
+
+def test_training_commands_run(tmp_path: Path) -> None:
+    """The Training section's commands, each cut to one small step."""
+    pytest.importorskip("torch")
+    block = re.search(r"## Training.*?```bash\n(.*?)```", TEXT, re.S)
+    assert block is not None
+    skyhub = Path(sys.executable).parent / "skyhub"
+    small = ["loop.max_steps=1", "loop.eval_every=0", "rollout.samples_per_prompt=2",
+             "optim.train_batch_size=2", "optim.mini_batch_size=2", "env.num_envs=2",
+             "loop.tensorboard=false"]
+    for line in block.group(1).splitlines():
+        cmd = shlex.split(line.split("#")[0])
+        if not cmd:
+            continue
+        if "--resume" in cmd:  # resuming a finished run: one more step
+            small = [s if s != "loop.max_steps=1" else "loop.max_steps=2" for s in small]
+        r = subprocess.run([str(skyhub), *cmd[1:], *small], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "COLUMNS": "120"})
+        assert r.returncode == 0, f"{line}\n{r.stdout}\n{r.stderr[-3000:]}"
+    assert (tmp_path / "runs/tiny-cpu/metrics.jsonl").is_file()
+    steps = (tmp_path / "runs/try2/metrics.jsonl").read_text().splitlines()
+    assert len(steps) == 2  # the resumed run added its step after the first run's

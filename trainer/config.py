@@ -33,6 +33,8 @@ class ModelConfig:
     name_or_path: str = "tiny"
     dtype: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
     gradient_checkpointing: bool = False
+    tiny_hidden: int = 128  # the "tiny" model's width and depth
+    tiny_layers: int = 2
 
 
 @dataclass
@@ -57,6 +59,7 @@ class RolloutConfig:
     max_tokens_per_turn: int = 256
     max_input_tokens: int = 4096
     stop: list[str] = field(default_factory=list)  # empty: the env's stop_strings
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. vLLM's engine args
 
 
 @dataclass
@@ -70,6 +73,8 @@ class AlgoConfig:
     kl_estimator: str = "k3"
     kl_in_reward: bool = False
     tis_cap: float | None = 2.0  # truncated importance sampling against engine logprobs
+    gamma: float = 1.0  # gae only
+    lam: float = 0.95  # gae only
 
 
 @dataclass
@@ -77,11 +82,13 @@ class OptimConfig:
     lr: float = 1e-6
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    train_batch_size: int = 256  # episodes per step
-    mini_batch_size: int = 256  # episodes per optimizer update
+    train_batch_size: int = 256  # prompts per step (x rollout.samples_per_prompt episodes)
+    mini_batch_size: int = 256  # prompts per optimizer update
     micro_batch_tokens: int = 8192  # packed tokens per forward/backward
     epochs: int = 1  # passes over each step's batch
     warmup_steps: int = 0
+    critic_lr: float = 1e-5  # gae only
+    pack: bool = True  # pack episodes into rows (False: pad each micro-batch)
 
 
 @dataclass
@@ -91,9 +98,14 @@ class LoopConfig:
     total_epochs: int = 1  # passes over the env's tasks
     max_steps: int | None = None
     eval_every: int = 5
+    eval_tasks: int = 64  # tasks of the eval env per evaluation (greedy, one sample each)
     save_every: int = 50
     seed: int = 0
+    torch_threads: int | None = None  # CPU threads for torch ops (None: torch's default)
     out: str = "runs/default"
+    resume: bool = False  # continue from the newest checkpoint in `out`
+    tensorboard: bool = True  # when the tensorboard package is installed
+    wandb_project: str | None = None  # log to Weights & Biases too (needs `wandb`)
 
 
 @dataclass

@@ -43,6 +43,29 @@ def lookup_tasks(n: int = 1000, seed: int = 0, table_size: int = 8,
     return TaskSet(tasks, name=f"toy-lookup(seed={seed})")
 
 
+#: Keys of `recall_tasks` tables: few and distinct from the words, so a tiny tokenizer gives
+#: each key and each word one token.
+_KEYS = ("alfa", "bravo", "charlie", "echo", "golf", "hotel", "kilo", "lima")
+
+
+def recall_tasks(n: int = 1000, seed: int = 0, table_size: int = 4,
+                 split: str = "train", n_words: int = len(_WORDS)) -> TaskSet:
+    """`n` tables of `table_size` key -> word pairs (words from the first `n_words` of 18);
+    the task is one key's word. The prompt shows the word itself ("word: raven");
+    `RecallEnv(hops=2)` shows only the key."""
+    if not 2 <= n_words <= len(_WORDS):
+        raise ValueError(f"n_words must be between 2 and {len(_WORDS)}, got {n_words}")
+    rng = random.Random(seed)
+    tasks = []
+    words = _WORDS[:n_words]
+    for i in range(n):
+        table = {k: rng.choice(words) for k in rng.sample(_KEYS, table_size)}
+        key = rng.choice(sorted(table))
+        tasks.append(Task(id=f"recall-{seed}-{i}", prompt=f"word: {table[key]}",
+                          answer=table[key], meta={"key": key, "table": table, "split": split}))
+    return TaskSet(tasks, name=f"toy-recall(seed={seed})")
+
+
 #: The bundled `dev` split: 100 tasks per env made once by `write_dev_split` (seed 10_000),
 #: so evaluations compare on a fixed set that training (`split="train"`, generated from
 #: `seed`) does not see unless it uses seed 10_000.
@@ -54,7 +77,7 @@ def dev_file(kind: str) -> Path:
 
 
 def load_tasks(kind: str, *, split: str = "train", tasks_file: str | Path | None = None,
-               n: int = 1000, seed: int = 0) -> TaskSet:
+               n: int = 1000, seed: int = 0, **options: int) -> TaskSet:
     """Tasks from `tasks_file` (JSONL) when given; else the bundled `dev` split, or `n`
     `train` tasks generated from `seed`."""
     if tasks_file is not None:
@@ -63,7 +86,8 @@ def load_tasks(kind: str, *, split: str = "train", tasks_file: str | Path | None
         return load_jsonl(dev_file(kind), name=f"toy-{kind}(dev)")
     if split != "train":
         raise ValueError(f"split must be 'train' (generated) or 'dev' (bundled), got {split!r}")
-    return arith_tasks(n, seed) if kind == "arith" else lookup_tasks(n, seed)
+    make = {"arith": arith_tasks, "lookup": lookup_tasks, "recall": recall_tasks}[kind]
+    return make(n, seed, **options)
 
 
 def write_dev_split() -> None:
@@ -71,7 +95,8 @@ def write_dev_split() -> None:
     import json
 
     DATA_DIR.mkdir(exist_ok=True)
-    for kind, make in (("arith", arith_tasks), ("lookup", lookup_tasks)):
+    for kind, make in (("arith", arith_tasks), ("lookup", lookup_tasks),
+                       ("recall", recall_tasks)):
         with dev_file(kind).open("w", encoding="utf-8") as f:
             for t in make(DEV_SIZE, DEV_SEED, split="dev"):
                 f.write(json.dumps(t.to_dict()) + "\n")

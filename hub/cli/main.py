@@ -1,4 +1,4 @@
-"""The `skyhub` command: list, inspect, check, play and evaluate environments.
+"""The `skyhub` command: list, inspect, check, play and evaluate environments; train.
 
 Only typer and rich are imported at module level so that `skyhub --help` stays fast: the
 registry (and with it gymnasium and the env families) is imported inside the commands that
@@ -240,6 +240,7 @@ def eval_cmd(
 
 def _add_subcommands() -> None:
     from skyhub.cli.data_cmds import data_app
+    from skyhub.cli.train_cmd import train_cmd
     from skyhub.cli.index_cmds import index_app
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
 
@@ -247,6 +248,7 @@ def _add_subcommands() -> None:
     app.add_typer(images_app, name="images")
     app.add_typer(data_app, name="data")
     app.add_typer(index_app, name="index")
+    app.command("train")(_friendly_errors(train_cmd))
 
 
 _add_subcommands()

@@ -1,4 +1,5 @@
-"""The toy envs: toy-arith (one question) and toy-lookup (look up, then answer)."""
+"""The toy envs: toy-arith (one question), toy-lookup (look up, then answer) and toy-recall
+(one bare word; more in test_recall.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import skyhub
 from skyhub import Task, TextEnv
 from skyhub.envs.toy.tasks import arith_tasks, lookup_tasks
 
-ENV_IDS = ("toy-arith", "toy-lookup")
+ENV_IDS = ("toy-arith", "toy-lookup", "toy-recall")
 
 
 @pytest.fixture(params=ENV_IDS)
@@ -317,7 +318,7 @@ def test_bundled_dev_files_match_the_generator(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from skyhub.envs.toy import tasks
 
-    shipped = {k: tasks.dev_file(k).read_text() for k in ("arith", "lookup")}
+    shipped = {k: tasks.dev_file(k).read_text() for k in ("arith", "lookup", "recall")}
     monkeypatch.setattr(tasks, "DATA_DIR", tmp_path)
     tasks.write_dev_split()
     for kind, text in shipped.items():

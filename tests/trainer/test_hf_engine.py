@@ -1,0 +1,121 @@
+"""The hf engine: logprobs it reports are the model's, sampling does not depend on batch
+company, stop conditions end a completion, and weights can change mid-generation."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from skyhub.trainer.engines import SamplingParams
+from skyhub.trainer.engines.hf import HFEngine
+
+
+def teacher_forced(model, prompt, completion, temperature=1.0):
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+
+
+def test_reported_logprobs_match_a_teacher_forced_forward(model, tokenizer, chat):
+    engine = HFEngine(model, tokenizer)
+    prompts = [chat.prompt_ids("word: raven", "Reply with the word."),
+               chat.prompt_ids("key: lima and some longer text to pad", None)]
+    for temperature in (1.0, 0.7):
+        outs = engine.generate(prompts, SamplingParams(max_tokens=12, temperature=temperature),
+                               seeds=[1, 2])
+        for p, c in zip(prompts, outs, strict=True):
+            assert len(c.token_ids) == len(c.logprobs) == len(c.versions) == 12
+            ref = teacher_forced(model, p, c.token_ids, temperature)
+            assert torch.allclose(ref, torch.tensor(c.logprobs), atol=1e-4)
+
+
+def test_a_completion_depends_on_its_seed_not_on_its_batch(model, tokenizer, chat):
+    engine = HFEngine(model, tokenizer)
+    a = chat.prompt_ids("word: amber", None)
+    b = chat.prompt_ids("key: echo, with a much longer prompt than the other one", None)
+    params = SamplingParams(max_tokens=10)
+    alone = engine.generate([a], params, seeds=[7])[0]
+    together = engine.generate([b, a, b], params, seeds=[3, 7, 4])[1]
+    assert alone.token_ids == together.token_ids
+    other_seed = engine.generate([a], params, seeds=[8])[0]
+    assert other_seed.token_ids != alone.token_ids
+
+
+def test_stop_strings_and_tokens_end_a_completion(model, tokenizer, chat):
+    engine = HFEngine(model, tokenizer)
+    prompt = chat.prompt_ids("word: amber", None)
+    free = engine.generate([prompt], SamplingParams(max_tokens=20), seeds=[5])[0]
+    assert free.finish_reason == "length" and len(free.token_ids) == 20
+    # stop on the 4th sampled token's id: the completion ends there, stop token included
+    stop_id = free.token_ids[3]
+    first = free.token_ids.index(stop_id)
+    stopped = engine.generate([prompt], SamplingParams(max_tokens=20,
+                                                       stop_token_ids=(stop_id,)), seeds=[5])[0]
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == free.token_ids[:first + 1]
+    # a stop string: the text of a later token
+    text = tokenizer.decode(free.token_ids[:8])
+    stop = text[-3:].strip() or text[-1]
+    by_text = engine.generate([prompt], SamplingParams(max_tokens=20, stop=(stop,)),
+                              seeds=[5])[0]
+    assert by_text.finish_reason == "stop" and stop in by_text.text
+    assert by_text.token_ids == free.token_ids[:len(by_text.token_ids)]
+    assert len(by_text.token_ids) <= 8
+
+
+def test_greedy_is_deterministic_and_reports_temperature_one_logprobs(model, tokenizer, chat):
+    engine = HFEngine(model, tokenizer)
+    prompt = chat.prompt_ids("word: onyx", None)
+    a = engine.generate([prompt], SamplingParams(max_tokens=6, temperature=0.0), seeds=[1])[0]
+    b = engine.generate([prompt], SamplingParams(max_tokens=6, temperature=0.0), seeds=[2])[0]
+    assert a.token_ids == b.token_ids
+    ref = teacher_forced(model, prompt, a.token_ids)
+    assert torch.allclose(ref, torch.tensor(a.logprobs), atol=1e-4)
+
+
+def test_weights_updated_mid_generation_take_effect_at_the_next_token(model, tokenizer, chat):
+    engine = HFEngine(model, tokenizer, copy_weights=True)
+    new = {k: v + 0.05 * torch.randn_like(v) for k, v in model.state_dict().items()}
+    prompt = chat.prompt_ids("word: raven", None)
+    result = {}
+    steps = []
+    original = engine.model.forward
+
+    def slow_forward(*args, **kwargs):  # slow decoding so the update lands mid-generation
+        steps.append(1)
+        time.sleep(0.02)
+        return original(*args, **kwargs)
+
+    engine.model.forward = slow_forward
+    t = threading.Thread(target=lambda: result.update(
+        c=engine.generate([prompt], SamplingParams(max_tokens=60), seeds=[0])[0]))
+    t.start()
+    while len(steps) < 10:
+        time.sleep(0.005)
+    engine.update_weights(new, version=1)
+    t.join()
+    c = result["c"]
+    assert c.versions[0] == 0 and c.versions[-1] == 1
+    switch = c.versions.index(1)
+    assert 10 <= switch < 60 and c.versions == [0] * switch + [1] * (60 - switch)
+    # The token at `switch` was the first sampled from the new weights (over the old weights'
+    # KV cache, as vLLM's keep mode does): its logprob is the new model's, computed with the
+    # cache of the old one, so check it against exactly that computation.
+    engine.model.forward = original
+    old_model = model
+    updated = type(model)(model.config)
+    updated.load_state_dict(new)
+    from transformers import DynamicCache
+
+    with torch.no_grad():
+        cache = DynamicCache()
+        ctx = torch.tensor([prompt + c.token_ids[:switch - 1]])
+        old_model(input_ids=ctx, cache=cache, use_cache=True)
+        logits = updated(input_ids=torch.tensor([[c.token_ids[switch - 1]]]), cache=cache,
+                         use_cache=True, position_ids=torch.tensor([[ctx.shape[1]]])).logits
+    lp = torch.log_softmax(logits[0, -1].float(), -1)[c.token_ids[switch]]
+    assert abs(float(lp) - c.logprobs[switch]) < 1e-4
+    assert engine.version == 1

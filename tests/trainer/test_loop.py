@@ -1,0 +1,92 @@
+"""The training loop end to end on small runs: outputs, exact resume, async staleness, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from skyhub.trainer.config import load_config
+from skyhub.trainer.loop import TaskSampler, train
+
+SMALL = ["rollout.samples_per_prompt=4", "optim.train_batch_size=4", "optim.mini_batch_size=4",
+         "env.num_envs=4", "loop.eval_every=2", "loop.eval_tasks=8", "loop.tensorboard=false"]
+
+
+def small(tmp_path, *extra):
+    return load_config("tiny-cpu", [*SMALL, f"loop.out={tmp_path}", *extra])
+
+
+def test_a_run_leaves_metrics_curves_and_checkpoints(tmp_path):
+    s = train(small(tmp_path, "loop.max_steps=3", "loop.save_every=2"), live=False)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3] and s.steps == 3
+    assert all(0.0 <= r["reward_mean"] <= 1.0 and r["episodes"] == 16 for r in rows)
+    assert "eval_reward_mean" in rows[1] and "eval_reward_mean" not in rows[0]
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "step_000002", "step_000003"]
+    assert (tmp_path / "config.yaml").is_file() and (tmp_path / "tokenizer").is_dir()
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tmp_path):
+    straight = train(small(tmp_path / "a", "loop.max_steps=4"), live=False)
+    train(small(tmp_path / "b", "loop.max_steps=2"), live=False)
+    resumed = train(small(tmp_path / "b", "loop.max_steps=4", "loop.resume=true"), live=False)
+    rows_b = [json.loads(x) for x in (tmp_path / "b/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows_b] == [1, 2, 3, 4]  # steps 1-2 kept, 3-4 appended
+    for a, b in zip(straight.metrics[2:], resumed.metrics, strict=True):
+        assert a["step"] == b["step"]
+        assert a["reward_mean"] == b["reward_mean"]
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+    from safetensors.torch import load_file
+
+    wa = load_file(str(tmp_path / "a/checkpoints/step_000004/model/model.safetensors"))
+    wb = load_file(str(tmp_path / "b/checkpoints/step_000004/model/model.safetensors"))
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+def test_async_mode_keeps_samples_within_the_staleness_bound(tmp_path):
+    s = train(small(tmp_path, "loop.mode=async", "loop.max_staleness=1", "loop.max_steps=4",
+                    "loop.eval_every=0"), live=False)
+    assert [r["step"] for r in s.metrics] == [1, 2, 3, 4]
+    assert max(r["staleness_max"] for r in s.metrics) <= 1
+    assert s.metrics[0]["staleness_max"] == 0  # the first batch comes from version 0
+
+
+def test_task_sampler_walks_every_task_each_epoch_and_restores():
+    ids = [f"t{i}" for i in range(10)]
+    sampler = TaskSampler(ids, seed=3)
+    first = sampler.next(10)
+    assert sorted(first) == ids
+    sampler.next(4)
+    state = sampler.state()
+    rest = sampler.next(9)
+    again = TaskSampler(ids, seed=3)
+    again.load(state)
+    assert again.next(9) == rest
+
+
+def test_cli_prints_the_resolved_config_and_rejects_typos(tmp_path):
+    cli = [sys.executable, "-m", "skyhub.cli.main", "train"]
+    out = subprocess.run([*cli, "--recipe", "sql-grpo-653", "--print-config", "optim.lr=2e-6"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    import yaml
+
+    doc = yaml.safe_load(out.stdout)
+    assert doc["optim"]["lr"] == 2e-6 and doc["rollout"]["samples_per_prompt"] == 5
+    bad = subprocess.run([*cli, "optim.lrr=1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "did you mean 'optim.lr'" in bad.stderr
+
+
+def test_cli_trains_and_reports(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "skyhub.cli.main", "train", "--recipe",
+                          "tiny-cpu", "--out", str(tmp_path), *SMALL, "loop.max_steps=2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "reward (last 3)" in out.stdout and "metrics.jsonl" in out.stdout
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2

@@ -1,0 +1,357 @@
+"""Learner: the policy's optimisation step on a batch of rollout episodes.
+
+`train_step(episodes, group_size)` does, top to bottom: advantages (per group, over the
+episodes that did not hit an infra error), reference logprobs for a KL term when asked, then
+for each epoch and mini-batch a gradient-accumulated PPO step over *packed* micro-batches.
+
+Packing: episodes of very different lengths (a one-line answer, a six-turn SQL repair) share
+rows as long as the micro-batch's longest episode (first-fit decreasing), with position ids
+restarting at each episode. transformers turns restarting position ids into a block-diagonal
+causal mask, so an episode never attends to its neighbour, and almost no compute is spent on
+padding. A micro-batch holds about `micro_batch_tokens` tokens. `pack=False`
+pads each micro-batch instead (the baseline of `benchmarks/trainer.py`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from skyhub.trainer import algorithms as A
+from skyhub.trainer.config import AlgoConfig, OptimConfig
+from skyhub.trainer.rollout import Episode
+
+ESTIMATORS = {"grpo": A.grpo_advantages, "dr_grpo": A.dr_grpo_advantages,
+              "rloo": A.rloo_advantages,
+              "reinforce++": lambda r, g: A.reinforce_pp_advantages(r, g)}
+
+
+@dataclass
+class MicroBatch:
+    """Episodes laid out for one forward pass: rows of token ids (packed: several episodes
+    per row, each row as long as the longest episode; padded: one episode per row) and, per
+    episode, where its tokens sit."""
+
+    episodes: list[Episode]
+    input_ids: Tensor  # [R, L]
+    position_ids: Tensor  # [R, L]
+    attention_mask: Tensor | None  # [R, L] when padded; None when packed
+    spans: list[tuple[int, int, int]]  # (row, start, length) per episode
+
+
+def plan_micro_batches(episodes: list[Episode], max_tokens: int, pack: bool = True,
+                       pad_id: int = 0) -> list[MicroBatch]:
+    """Greedy first-fit in order: consecutive episodes share a micro-batch while its token
+    count (packed) or rows x longest episode (padded) stays within `max_tokens`."""
+    groups: list[list[Episode]] = []
+    for ep in episodes:
+        cur = groups[-1] if groups else None
+        n = len(ep.token_ids)
+        if cur is not None:
+            cost = (sum(len(e.token_ids) for e in cur) + n if pack else
+                    (len(cur) + 1) * max(n, *(len(e.token_ids) for e in cur)))
+            if cost <= max_tokens:
+                cur.append(ep)
+                continue
+        groups.append([ep])
+    return [_layout(g, pack, pad_id) for g in groups]
+
+
+def _layout(eps: list[Episode], pack: bool, pad_id: int) -> MicroBatch:
+    width = max(len(e.token_ids) for e in eps)
+    if pack:  # first-fit decreasing into rows as long as the longest episode
+        rows: list[list[int]] = []
+        fill: list[int] = []
+        where: dict[int, tuple[int, int]] = {}
+        for k in sorted(range(len(eps)), key=lambda k: -len(eps[k].token_ids)):
+            n = len(eps[k].token_ids)
+            r = next((r for r, used in enumerate(fill) if used + n <= width), None)
+            if r is None:
+                rows.append([])
+                fill.append(0)
+                r = len(rows) - 1
+            where[k] = (r, fill[r])
+            rows[r].append(k)
+            fill[r] += n
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        # Padding at a row's end continues the last episode's positions: it is attended by
+        # nothing (it comes last) and its outputs are never read.
+        pos = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, members in enumerate(rows):
+            start = 0
+            for k in members:
+                n = len(eps[k].token_ids)
+                ids[r, start:start + n] = torch.tensor(eps[k].token_ids)
+                pos[r, start:start + n] = torch.arange(n)
+                start += n
+            if start < width:
+                last = int(pos[r, start - 1])
+                pos[r, start:] = torch.arange(last + 1, last + 1 + width - start)
+        spans = [(where[k][0], where[k][1], len(e.token_ids)) for k, e in enumerate(eps)]
+        return MicroBatch(eps, ids, pos, None, spans)
+    ids = torch.full((len(eps), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(eps), width), dtype=torch.long)
+    for r, e in enumerate(eps):
+        ids[r, :len(e.token_ids)] = torch.tensor(e.token_ids)
+        mask[r, :len(e.token_ids)] = 1
+    pos = torch.arange(width).expand(len(eps), width)
+    return MicroBatch(eps, ids, pos, mask, [(r, 0, len(e.token_ids)) for r, e in
+                                            enumerate(eps)])
+
+
+def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0,
+                   chunk: int = 1024) -> Tensor:
+    """log softmax(logits / temperature)[target] per position, in chunks of positions so a
+    large vocabulary never materialises a full float32 [L, V] log-softmax at once."""
+    out = []
+    for s in range(0, logits.shape[-2], chunk):
+        lg = logits[..., s:s + chunk, :].float()
+        if temperature != 1.0:
+            lg = lg / temperature
+        tg = targets[..., s:s + chunk]
+        out.append(lg.gather(-1, tg.unsqueeze(-1)).squeeze(-1) - lg.logsumexp(-1))
+    return torch.cat(out, dim=-1)
+
+
+class Learner:
+    """Owns the policy (and optional reference model and critic) and its optimiser."""
+
+    def __init__(self, model: Any, algo: AlgoConfig, optim: OptimConfig, *,
+                 temperature: float = 1.0, pad_id: int = 0, norm_len: int | None = None,
+                 pack: bool = True) -> None:
+        self.model, self.algo, self.optim = model, algo, optim
+        self.temperature, self.pad_id, self.norm_len, self.pack = (temperature, pad_id,
+                                                                   norm_len, pack)
+        self.device = next(model.parameters()).device
+        self.opt = torch.optim.AdamW(model.parameters(), lr=optim.lr,
+                                     weight_decay=optim.weight_decay)
+        self.steps = 0
+        self.ref = None
+        if algo.kl_coef > 0:
+            self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+        self.critic: Critic | None = None
+        if algo.advantage == "gae":
+            self.critic = Critic(model).to(self.device)
+            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=optim.critic_lr)
+
+    # ------------------------------------------------------------------ forward passes
+    def _forward_logprobs(self, model: Any, mb: MicroBatch) -> list[Tensor]:
+        """Per episode, logprob of each token t >= 1 given tokens < t ([len - 1])."""
+        out = model(input_ids=mb.input_ids.to(self.device),
+                    position_ids=mb.position_ids.to(self.device),
+                    attention_mask=None if mb.attention_mask is None else
+                    mb.attention_mask.to(self.device), use_cache=False)
+        logits = out.logits
+        targets = mb.input_ids.to(self.device).roll(-1, dims=-1)
+        lp = token_logprobs(logits, targets, self.temperature)
+        return [lp[r, s:s + n - 1] for r, s, n in mb.spans]
+
+    @torch.no_grad()
+    def logprobs(self, episodes: list[Episode], model: Any = None) -> list[Tensor]:
+        """The learner's logprobs of every episode's tokens (aligned with token_ids[1:])."""
+        model = self.model if model is None else model
+        was = model.training
+        model.eval()
+        res = [lp.cpu() for mb in self._plan(episodes) for lp in
+               self._forward_logprobs(model, mb)]
+        model.train(was)
+        return res
+
+    def _plan(self, episodes: list[Episode]) -> list[MicroBatch]:
+        return plan_micro_batches(episodes, self.optim.micro_batch_tokens, self.pack,
+                                  self.pad_id)
+
+    # ------------------------------------------------------------------ the step
+    def train_step(self, episodes: list[Episode], group_size: int) -> dict[str, float]:
+        valid = [e for e in episodes if not e.infra_error and e.agent_tokens > 0]
+        metrics: dict[str, float] = {"infra_errors": float(sum(e.infra_error for e in
+                                                               episodes))}
+        if not valid:
+            return {**metrics, "skipped": 1.0}
+        adv = self._episode_advantages(episodes, group_size)
+        ref_lp = self.logprobs(valid, self.ref) if self.ref is not None else None
+        extra = {id(e): {"adv": adv[id(e)]} for e in valid}
+        if ref_lp is not None:
+            for e, lp in zip(valid, ref_lp, strict=True):
+                extra[id(e)]["ref"] = lp
+        if self.critic is not None:
+            self._gae(valid, extra)
+        share = min(1.0, self.optim.mini_batch_size / self.optim.train_batch_size)
+        single_pass = self.optim.epochs == 1 and share == 1.0
+        if not single_pass:  # PPO's old policy: the weights before this step's updates
+            for e, lp in zip(valid, self.logprobs(valid), strict=True):
+                extra[id(e)]["old"] = lp
+        n_mini = max(1, math.ceil(len(valid) * share))
+        stats: dict[str, list[float]] = {}
+        for _ in range(self.optim.epochs):
+            for s in range(0, len(valid), n_mini):
+                for k, v in self._update(valid[s:s + n_mini], extra).items():
+                    stats.setdefault(k, []).append(v)
+        self.steps += 1
+        metrics.update({k: sum(v) / len(v) for k, v in stats.items()})
+        return metrics
+
+    def _episode_advantages(self, episodes: list[Episode], group_size: int
+                            ) -> dict[int, Tensor]:
+        """Scalar advantage per valid episode, computed within its group over the group's
+        valid episodes only (an infra error neither scores 0 nor shifts its group's mean)."""
+        out: dict[int, Tensor] = {}
+        if self.algo.advantage == "gae":
+            return {id(e): torch.tensor(0.0) for e in episodes}
+        estimator = ESTIMATORS[self.algo.advantage]
+        groups: dict[int, list[Episode]] = {}
+        for e in episodes:
+            if not e.infra_error and e.agent_tokens > 0:
+                groups.setdefault(e.group, []).append(e)
+        if self.algo.advantage == "reinforce++":
+            # No per-prompt baseline: one normalisation over the whole batch (Hu, 2025), so a
+            # prompt whose samples all fail still gets a (negative) signal, unlike GRPO.
+            eps = [e for g in groups.values() for e in g]
+            adv = estimator(torch.tensor([e.reward for e in eps]), None)
+            return {id(e): a for e, a in zip(eps, adv, strict=True)}
+        for members in groups.values():
+            rewards = torch.tensor([e.reward for e in members])
+            for e, a in zip(members, estimator(rewards, len(members)), strict=True):
+                out[id(e)] = a
+        return out
+
+    def _gae(self, episodes: list[Episode], extra: dict[int, dict[str, Tensor]]) -> None:
+        assert self.critic is not None
+        with torch.no_grad():
+            for mb in self._plan(episodes):
+                for e, v in zip(mb.episodes, self.critic.values(mb, self.device), strict=True):
+                    mask = torch.tensor(e.loss_mask[1:], dtype=torch.float)
+                    rewards = torch.zeros_like(mask)
+                    last = int(mask.nonzero().max()) if mask.any() else 0
+                    rewards[last] = e.reward
+                    adv, ret = A.gae(rewards, v.cpu(), mask, self.algo.gamma, self.algo.lam)
+                    extra[id(e)].update(adv=adv, ret=ret, old_v=v.cpu())
+        advs = torch.cat([extra[id(e)]["adv"] for e in episodes])
+        masks = torch.cat([torch.tensor(e.loss_mask[1:]) for e in episodes]).bool()
+        mean, std = advs[masks].mean(), advs[masks].std().clamp(min=1e-6)
+        for e in episodes:  # whiten over the batch's agent tokens, as PPO implementations do
+            extra[id(e)]["adv"] = (extra[id(e)]["adv"] - mean) / std
+
+    def _update(self, episodes: list[Episode], extra: dict[int, dict[str, Tensor]]
+                ) -> dict[str, float]:
+        """One optimiser step on a mini-batch, accumulating over its micro-batches."""
+        self.model.train()
+        self.opt.zero_grad(set_to_none=True)
+        total_tokens = sum(e.agent_tokens for e in episodes)
+        total_seqs = len(episodes)
+        sums: dict[str, float] = {}
+        for mb in self._plan(episodes):
+            lps = self._forward_logprobs(self.model, mb)
+            width = max(len(lp) for lp in lps)
+
+            def pad(rows: list[Tensor], width: int = width) -> Tensor:
+                return torch.stack([torch.nn.functional.pad(r.to(self.device),
+                                                            (0, width - len(r))) for r in rows])
+
+            logp = pad(lps)
+            mask = pad([torch.tensor(e.loss_mask[1:], dtype=torch.float) for e in mb.episodes])
+            old = pad([extra[id(e)].get("old", lp.detach()) for e, lp in
+                       zip(mb.episodes, lps, strict=True)])
+            eng = pad([torch.tensor(e.logprobs[1:]) for e in mb.episodes])
+            adv_list = [extra[id(e)]["adv"] for e in mb.episodes]
+            adv = (pad(adv_list) if adv_list[0].dim() else
+                   torch.stack(adv_list).to(self.device))
+            loss, stats = A.policy_loss(
+                logp, old, adv, mask, clip_low=self.algo.clip_low,
+                clip_high=self.algo.clip_high, dual_clip=self.algo.dual_clip,
+                aggregation=self.algo.aggregation, norm_len=self.norm_len,
+                engine_logp=eng if self.algo.tis_cap is not None else None,
+                tis_cap=self.algo.tis_cap)
+            n_tok = int(mask.sum())
+            share = (n_tok / max(total_tokens, 1) if self.algo.aggregation == "token-mean"
+                     else len(mb.episodes) / total_seqs)
+            if self.ref is not None:
+                ref = pad([extra[id(e)]["ref"] for e in mb.episodes])
+                kl = A.masked_mean(A.kl_estimate(logp, ref, self.algo.kl_estimator), mask)
+                loss = loss + self.algo.kl_coef * kl
+                stats["kl"] = kl.detach()
+            (loss * share).backward()
+            for k, v in {"loss": loss.detach(), **stats}.items():
+                sums[k] = sums.get(k, 0.0) + float(v) * share
+            if self.critic is not None:
+                self._critic_backward(mb, extra, pad, mask, share, sums)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                   self.optim.grad_clip)
+        for group in self.opt.param_groups:
+            group["lr"] = self.lr()
+        self.opt.step()
+        if self.critic is not None:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.optim.grad_clip)
+            self.critic_opt.step()
+            self.critic_opt.zero_grad(set_to_none=True)
+        return {**sums, "grad_norm": float(grad_norm), "lr": self.lr()}
+
+    def _critic_backward(self, mb: MicroBatch, extra: dict[int, dict[str, Tensor]],
+                         pad: Any, mask: Tensor, share: float, sums: dict[str, float]) -> None:
+        assert self.critic is not None
+        values = pad(self.critic.values(mb, self.device))
+        ret = pad([extra[id(e)]["ret"] for e in mb.episodes])
+        old_v = pad([extra[id(e)]["old_v"] for e in mb.episodes])
+        vloss, _ = A.value_loss(values, old_v, ret, mask, clip=0.2)
+        (vloss * share).backward()
+        sums["value_loss"] = sums.get("value_loss", 0.0) + float(vloss) * share
+
+    def lr(self) -> float:
+        """Linear warmup over `warmup_steps`, then constant."""
+        w = self.optim.warmup_steps
+        return self.optim.lr * (min(1.0, (self.steps + 1) / w) if w else 1.0)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path / "model")
+        state: dict[str, Any] = {"optimizer": self.opt.state_dict(), "steps": self.steps,
+                                 "torch_rng": torch.get_rng_state(),
+                                 "python_rng": random.getstate()}
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+            state["critic_optimizer"] = self.critic_opt.state_dict()
+        torch.save(state, path / "learner.pt")
+
+    def load(self, path: Path) -> None:
+        from safetensors.torch import load_file
+
+        weights = load_file(str(path / "model" / "model.safetensors"))
+        self.model.load_state_dict(weights, strict=False)
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            self.model.tie_weights()
+        state = torch.load(path / "learner.pt", weights_only=False)
+        self.opt.load_state_dict(state["optimizer"])
+        self.steps = state["steps"]
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_opt.load_state_dict(state["critic_optimizer"])
+
+
+class Critic(torch.nn.Module):
+    """PPO's value model: a copy of the policy's transformer body with a scalar head. The value
+    aligned with token t is the one computed at position t - 1 (the state before t)."""
+
+    def __init__(self, policy: Any) -> None:
+        super().__init__()
+        self.body = copy.deepcopy(policy.get_decoder() if hasattr(policy, "get_decoder")
+                                  else policy.base_model)
+        self.head = torch.nn.Linear(policy.config.hidden_size, 1)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    def values(self, mb: MicroBatch, device: torch.device) -> list[Tensor]:
+        h = self.body(input_ids=mb.input_ids.to(device), position_ids=mb.position_ids.to(device),
+                      attention_mask=None if mb.attention_mask is None else
+                      mb.attention_mask.to(device), use_cache=False).last_hidden_state
+        v = self.head(h).squeeze(-1)
+        return [v[r, s:s + n - 1] for r, s, n in mb.spans]

@@ -1,0 +1,342 @@
+"""The training loop, top to bottom: build the policy, envs, engine and learner from a
+`TrainConfig`, then repeat rollout -> learner step -> weight sync, synchronously or with
+generation running ahead of the learner (asynchronous, in-flight weight updates, at most
+`loop.max_staleness` policy versions behind).
+
+    from skyhub.trainer.config import load_config
+    from skyhub.trainer.loop import train
+    summary = train(load_config("tiny-cpu", ["loop.out=runs/mine"]))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skyhub.trainer.config import TrainConfig, to_dict, to_yaml
+
+
+@dataclass
+class RunSummary:
+    out: Path
+    steps: int
+    reward_first: float
+    reward_last: float  # mean over the last few steps
+    eval_reward: float | None
+    seconds: float
+    metrics: list[dict[str, Any]]
+
+
+class TaskSampler:
+    """The env's task ids in a seeded random order, epoch after epoch. Its state is part of a
+    checkpoint, so a resumed run trains on the prompts the uninterrupted run would have."""
+
+    def __init__(self, task_ids: list[str], seed: int) -> None:
+        if not task_ids:
+            from skyhub.errors import UsageError
+
+            raise UsageError("the env has no tasks to train on")
+        self.task_ids, self.seed = task_ids, seed
+        self.epoch, self.pos = 0, 0
+        self._order = self._shuffled()
+
+    def _shuffled(self) -> list[str]:
+        order = list(self.task_ids)
+        random.Random(self.seed * 7919 + self.epoch).shuffle(order)
+        return order
+
+    def next(self, n: int) -> list[str]:
+        out = []
+        while len(out) < n:
+            if self.pos == len(self._order):
+                self.epoch, self.pos = self.epoch + 1, 0
+                self._order = self._shuffled()
+            out.append(self._order[self.pos])
+            self.pos += 1
+        return out
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load(self, state: dict[str, int]) -> None:
+        self.epoch, self.pos = state["epoch"], state["pos"]
+        self._order = self._shuffled()
+
+
+# ------------------------------------------------------------------------------ building
+def build_policy(cfg: TrainConfig, checkpoint: Path | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer): "tiny" trains a tokenizer on the env's text and makes a random
+    model; anything else is loaded with transformers (a hub id or a local path)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(cfg.loop.out)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32,
+             "bfloat16": torch.bfloat16, "float16": torch.float16,
+             "float32": torch.float32}[cfg.model.dtype]
+    if cfg.model.name_or_path == "tiny":
+        from skyhub.trainer.tiny import env_corpus, tiny_model, train_tokenizer
+
+        if checkpoint is not None and (out / "tokenizer").is_dir():
+            tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
+        else:
+            texts = env_corpus(cfg.env.id, cfg.env.kwargs, seed=cfg.loop.seed)
+            if cfg.env.eval_id:
+                texts += env_corpus(cfg.env.eval_id, cfg.env.eval_kwargs, episodes=16)
+            tokenizer = train_tokenizer(texts)
+        model = tiny_model(len(tokenizer), hidden_size=cfg.model.tiny_hidden,
+                           layers=cfg.model.tiny_layers, seed=cfg.loop.seed)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model.name_or_path)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model.name_or_path, dtype=dtype)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device=device, dtype=dtype)
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    tokenizer.save_pretrained(out / "tokenizer")
+    return model, tokenizer
+
+
+def _env_facts(env_id: str, kwargs: dict[str, Any]) -> tuple[list[str], tuple[str, ...]]:
+    """The env's task ids and stop strings, from one instance."""
+    import skyhub
+
+    with skyhub.make(env_id, **kwargs) as env:
+        return [t.id for t in env.unwrapped.tasks], tuple(env.unwrapped.stop_strings)
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    ckpts = sorted((out / "checkpoints").glob("step_*"))
+    return ckpts[-1] if ckpts else None
+
+
+def episode_metrics(episodes: list[Any], step: int) -> dict[str, float]:
+    ok = [e for e in episodes if not e.infra_error]
+    n = max(len(ok), 1)
+    rewards = [e.reward for e in ok]
+    mean = sum(rewards) / n
+    versions = [e.min_version for e in ok if e.min_version >= 0]
+    return {"reward_mean": mean,
+            "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / n),
+            "success_rate": sum(e.outcome == "success" for e in ok) / n,
+            "episodes": float(len(episodes)),
+            "infra_errors": float(len(episodes) - len(ok)),
+            "truncated_frac": sum(e.truncated for e in ok) / n,
+            "turns_mean": sum(e.turns for e in ok) / n,
+            "response_tokens_mean": sum(e.agent_tokens for e in ok) / n,
+            "seq_tokens_mean": sum(len(e.token_ids) for e in ok) / n,
+            "staleness_mean": (sum(step - v for v in versions) / len(versions)
+                               if versions else 0.0),
+            "staleness_max": float(max((step - v for v in versions), default=0))}
+
+
+# ------------------------------------------------------------------------------ the loop
+def train(cfg: TrainConfig, *, live: bool | None = None) -> RunSummary:
+    """Train as `cfg` says; returns a summary (everything is also in `cfg.loop.out`)."""
+    import torch
+
+    t_start = time.perf_counter()
+    threads = torch.get_num_threads()
+    if cfg.loop.torch_threads:
+        torch.set_num_threads(cfg.loop.torch_threads)
+    try:
+        return _train(cfg, live, t_start)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
+    import torch
+
+    import skyhub
+    from skyhub.trainer.chat import ChatFormat
+    from skyhub.trainer.engines import make_engine
+    from skyhub.trainer.learner import Learner
+    from skyhub.trainer.rollout import Rollout, RolloutConfig
+    from skyhub.trainer.run_log import RunLog
+
+    out = Path(cfg.loop.out)
+    random.seed(cfg.loop.seed)
+    torch.manual_seed(cfg.loop.seed)
+    checkpoint = latest_checkpoint(out) if cfg.loop.resume else None
+    model, tokenizer = build_policy(cfg, checkpoint)
+    chat = ChatFormat(tokenizer)
+    task_ids, env_stop = _env_facts(cfg.env.id, cfg.env.kwargs)
+    r = cfg.rollout
+    rollout_cfg = RolloutConfig(max_turns=r.max_turns, max_tokens_per_turn=r.max_tokens_per_turn,
+                                max_input_tokens=r.max_input_tokens, temperature=r.temperature,
+                                top_p=r.top_p, stop=tuple(r.stop) or env_stop)
+    learner = Learner(model, cfg.algo, cfg.optim, temperature=r.temperature,
+                      pad_id=tokenizer.pad_token_id, pack=cfg.optim.pack,
+                      norm_len=r.max_turns * r.max_tokens_per_turn)
+    sampler = TaskSampler(task_ids, cfg.loop.seed)
+    first_step = 0
+    if checkpoint is not None:
+        learner.load(checkpoint)
+        state = json.loads((checkpoint / "state.json").read_text())
+        sampler.load(state["sampler"])
+        first_step = state["step"]
+    asynchronous = cfg.loop.mode == "async"
+    engine_kwargs = dict(r.engine_kwargs)
+    if r.engine == "vllm":
+        engine_kwargs.setdefault("max_model_len", r.max_input_tokens + r.max_tokens_per_turn)
+    engine = make_engine(r.engine, model, tokenizer, copy_weights=asynchronous,
+                         seed=cfg.loop.seed, **engine_kwargs)
+    engine.update_weights(model.state_dict(), first_step)
+    total = cfg.loop.max_steps or math.ceil(cfg.loop.total_epochs * len(task_ids)
+                                            / cfg.optim.train_batch_size)
+    (out / "config.yaml").write_text(to_yaml(cfg))
+    venv = skyhub.make_vec(cfg.env.id, cfg.env.num_envs, autoreset_mode="disabled",
+                           **cfg.env.kwargs)
+    evaluator = _Evaluator(cfg, chat, make_engine(r.engine, model, tokenizer, seed=0)
+                           if asynchronous and r.engine == "hf" else engine, rollout_cfg)
+    rollout = Rollout(venv, engine, chat, rollout_cfg)
+    log = RunLog(out, total, live=live, tensorboard=cfg.loop.tensorboard,
+                 wandb_project=cfg.loop.wandb_project, config=to_dict(cfg),
+                 first_step=first_step)
+    batches = (_async_batches if asynchronous else _sync_batches)(
+        cfg, rollout, sampler, engine, first_step, total)
+    try:
+        with log:
+            for step, episodes, sampler_state, rollout_stats in batches:
+                t = time.perf_counter()
+                metrics = learner.train_step(episodes, r.samples_per_prompt)
+                train_s = time.perf_counter() - t
+                engine.update_weights(model.state_dict(), step + 1)
+                row = {"step": step + 1, **episode_metrics(episodes, step),
+                       **metrics, **rollout_stats, "train_s": train_s}
+                if evaluator.due(step + 1, total):
+                    row.update(evaluator.run())
+                row["step_s"] = time.perf_counter() - row.pop("_t0", t)
+                row["elapsed_s"] = time.perf_counter() - t_start
+                log.log(row)
+                if (step + 1) % cfg.loop.save_every == 0 or step + 1 == total:
+                    _save(out, learner, step + 1, sampler_state, cfg)
+            log.plot()
+    finally:
+        batches.close()
+        venv.close()
+        evaluator.close()
+        engine.close()
+    rows = log.rows
+    tail = rows[-3:] or [{"reward_mean": float("nan")}]
+    evals = [x["eval_reward_mean"] for x in rows if "eval_reward_mean" in x]
+    return RunSummary(out=out, steps=len(rows), reward_first=rows[0]["reward_mean"] if rows
+                      else float("nan"),
+                      reward_last=sum(x["reward_mean"] for x in tail) / len(tail),
+                      eval_reward=evals[-1] if evals else None,
+                      seconds=time.perf_counter() - t_start, metrics=rows)
+
+
+def _sync_batches(cfg: TrainConfig, rollout: Any, sampler: TaskSampler, engine: Any,
+                  first: int, total: int):
+    """Generate a batch with the current weights, hand it to the learner, repeat."""
+    for step in range(first, total):
+        t0 = time.perf_counter()
+        tasks = sampler.next(cfg.optim.train_batch_size)
+        episodes = rollout.run(tasks, cfg.rollout.samples_per_prompt,
+                               seed=cfg.loop.seed * 100_003 + step)
+        yield step, episodes, sampler.state(), {**rollout.stats, "_t0": t0}
+
+
+def _async_batches(cfg: TrainConfig, rollout: Any, sampler: TaskSampler, engine: Any,
+                   first: int, total: int):
+    """A producer thread keeps generating while the learner trains. Batch b may start only
+    once the engine holds weights of version >= b - max_staleness, so no sample is more than
+    `max_staleness` versions old when the learner (at version b) uses it; weights that arrive
+    mid-generation are used from the next decoding step on (each token records its
+    version, and truncated importance sampling corrects for the lag)."""
+    ready: queue.Queue[Any] = queue.Queue(maxsize=cfg.loop.max_staleness + 1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for b in range(first, total):
+                while engine.version < b - cfg.loop.max_staleness and not stop.is_set():
+                    time.sleep(0.002)
+                if stop.is_set():
+                    return
+                tasks = sampler.next(cfg.optim.train_batch_size)
+                t0 = time.perf_counter()
+                episodes = rollout.run(tasks, cfg.rollout.samples_per_prompt,
+                                       seed=cfg.loop.seed * 100_003 + b)
+                ready.put((b, episodes, sampler.state(), {**rollout.stats}))
+                del t0
+        except BaseException as e:  # surfaced in the learner's thread
+            ready.put(e)
+
+    producer = threading.Thread(target=produce, name="skyhub-rollout", daemon=True)
+    producer.start()
+    try:
+        for _ in range(first, total):
+            t0 = time.perf_counter()
+            item = ready.get()
+            if isinstance(item, BaseException):
+                raise item
+            b, episodes, state, stats = item
+            yield b, episodes, state, {**stats, "wait_s": time.perf_counter() - t0, "_t0": t0}
+    finally:
+        stop.set()
+        while producer.is_alive():
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.05)
+        producer.join()
+
+
+def _save(out: Path, learner: Any, step: int, sampler_state: dict[str, int],
+          cfg: TrainConfig) -> Path:
+    path = out / "checkpoints" / f"step_{step:06d}"
+    learner.save(path)
+    (path / "state.json").write_text(json.dumps({"step": step, "sampler": sampler_state,
+                                                 "recipe": cfg.recipe}))
+    return path
+
+
+class _Evaluator:
+    """Greedy evaluation on `env.eval_id` (or the training env), one episode per task."""
+
+    def __init__(self, cfg: TrainConfig, chat: Any, engine: Any, rollout_cfg: Any) -> None:
+        from dataclasses import replace
+
+        self.cfg, self.engine = cfg, engine
+        self.env_id = cfg.env.eval_id or cfg.env.id
+        self.kwargs = cfg.env.eval_kwargs if cfg.env.eval_id else cfg.env.kwargs
+        self.rollout_cfg = replace(rollout_cfg, temperature=0.0)
+        self.chat = chat
+        self._rollout: Any = None
+        self._tasks: list[str] = []
+
+    def due(self, step: int, total: int) -> bool:
+        every = self.cfg.loop.eval_every
+        return every > 0 and self.cfg.loop.eval_tasks > 0 and (step % every == 0
+                                                               or step == total)
+
+    def run(self) -> dict[str, float]:
+        import skyhub
+        from skyhub.trainer.rollout import Rollout
+
+        if self._rollout is None:
+            task_ids, _ = _env_facts(self.env_id, self.kwargs)
+            self._tasks = task_ids[:self.cfg.loop.eval_tasks]
+            venv = skyhub.make_vec(self.env_id, min(self.cfg.env.num_envs, len(self._tasks)),
+                                   autoreset_mode="disabled", **self.kwargs)
+            self._rollout = Rollout(venv, self.engine, self.chat, self.rollout_cfg)
+        episodes = self._rollout.run(self._tasks, 1)
+        m = episode_metrics(episodes, 0)
+        return {"eval_reward_mean": m["reward_mean"], "eval_success_rate": m["success_rate"],
+                "eval_infra_errors": m["infra_errors"]}
+
+    def close(self) -> None:
+        if self._rollout is not None:
+            self._rollout.venv.close()
