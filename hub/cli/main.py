@@ -240,9 +240,9 @@ def eval_cmd(
 
 def _add_subcommands() -> None:
     from skyhub.cli.data_cmds import data_app
-    from skyhub.cli.train_cmd import train_cmd
     from skyhub.cli.index_cmds import index_app
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
+    from skyhub.cli.train_cmd import train_cmd
 
     app.add_typer(sandbox_app, name="sandbox")
     app.add_typer(images_app, name="images")

@@ -20,7 +20,7 @@ def test_the_shown_word_scores_one_and_another_word_zero() -> None:
 def test_an_empty_reply_is_explained_not_raised() -> None:
     with skyhub.make("toy-recall", max_turns=2) as env:
         env.reset(seed=0)
-        obs, reward, term, trunc, info = env.step("   ")
+        obs, reward, term, trunc, _ = env.step("   ")
         assert "one word" in obs and (reward, term, trunc) == (0.0, False, False)
 
 
@@ -30,7 +30,7 @@ def test_two_hops_name_the_key_read_then_answer() -> None:
         key = obs.split(":")[1].strip()
         table = env.unwrapped.task.meta["table"]
         assert key in table and table[key] not in obs  # the word is not in the prompt
-        obs, reward, term, _, info = env.step(key)
+        obs, _, term, _, info = env.step(key)
         assert obs.startswith(f"{key} = {table[key]}") and not term and info["looked_up"] == key
         assert env.step(table[key])[1:3] == (1.0, True)
 
@@ -46,7 +46,7 @@ def test_without_naming_the_key_any_first_reply_reads_it() -> None:
     with skyhub.make("toy-recall", hops=2, name_key=False, n_words=6) as env:
         obs, _ = env.reset(seed=3)
         key, task = obs.split(":")[1].strip(), env.unwrapped.task
-        obs, reward, term, _, _ = env.step("")
+        obs, _, term, _, _ = env.step("")
         assert obs.startswith(f"{key} = {task.answer}") and not term
         assert env.step(task.answer)[1:3] == (1.0, True)
         assert "anything" in env.system_prompt
