@@ -48,54 +48,72 @@ class MicroBatch:
 
 def plan_micro_batches(episodes: list[Episode], max_tokens: int, pack: bool = True,
                        pad_id: int = 0) -> list[MicroBatch]:
-    """Greedy first-fit in order: consecutive episodes share a micro-batch while its token
-    count (packed) or rows x longest episode (padded) stays within `max_tokens`."""
-    groups: list[list[Episode]] = []
-    for ep in episodes:
-        cur = groups[-1] if groups else None
-        n = len(ep.token_ids)
-        if cur is not None:
-            cost = (sum(len(e.token_ids) for e in cur) + n if pack else
-                    (len(cur) + 1) * max(n, *(len(e.token_ids) for e in cur)))
-            if cost <= max_tokens:
+    """Lay a mini-batch's episodes out for forward passes of about `max_tokens` tokens.
+
+    Packed: several episodes per row (position ids restart at each), rows no wider than the
+    micro-batch's longest episode, `max_tokens // width` rows. Padded (the baseline):
+    consecutive episodes, one per row, while rows x longest stays within `max_tokens`.
+    """
+    if not episodes:
+        return []
+    if not pack:
+        groups: list[list[Episode]] = []
+        for ep in episodes:
+            cur = groups[-1] if groups else None
+            if cur is not None and (len(cur) + 1) * max(len(e.token_ids) for e in
+                                                         [*cur, ep]) <= max_tokens:
                 cur.append(ep)
-                continue
-        groups.append([ep])
-    return [_layout(g, pack, pad_id) for g in groups]
-
-
-def _layout(eps: list[Episode], pack: bool, pad_id: int) -> MicroBatch:
-    width = max(len(e.token_ids) for e in eps)
-    if pack:  # first-fit decreasing into rows as long as the longest episode
-        rows: list[list[int]] = []
-        fill: list[int] = []
-        where: dict[int, tuple[int, int]] = {}
-        for k in sorted(range(len(eps)), key=lambda k: -len(eps[k].token_ids)):
-            n = len(eps[k].token_ids)
-            r = next((r for r, used in enumerate(fill) if used + n <= width), None)
+            else:
+                groups.append([ep])
+        return [_padded(g, pad_id) for g in groups]
+    # Longest first: each micro-batch is as wide as its longest episode, and the shorter
+    # ones fill its rows (first fit), so attention, which a packed row pays for its whole
+    # width, is spent on wide rows only where long episodes need them.
+    todo = sorted(episodes, key=lambda e: -len(e.token_ids))
+    out = []
+    while todo:
+        width = len(todo[0].token_ids)
+        n_rows = max(1, max_tokens // width)
+        rows: list[list[Episode]] = [[] for _ in range(n_rows)]
+        fill = [0] * n_rows
+        rest = []
+        for ep in todo:
+            n = len(ep.token_ids)
+            r = next((r for r in range(n_rows) if fill[r] + n <= width), None)
             if r is None:
-                rows.append([])
-                fill.append(0)
-                r = len(rows) - 1
-            where[k] = (r, fill[r])
-            rows[r].append(k)
-            fill[r] += n
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        # Padding at a row's end continues the last episode's positions: it is attended by
-        # nothing (it comes last) and its outputs are never read.
-        pos = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, members in enumerate(rows):
-            start = 0
-            for k in members:
-                n = len(eps[k].token_ids)
-                ids[r, start:start + n] = torch.tensor(eps[k].token_ids)
-                pos[r, start:start + n] = torch.arange(n)
-                start += n
-            if start < width:
-                last = int(pos[r, start - 1])
-                pos[r, start:] = torch.arange(last + 1, last + 1 + width - start)
-        spans = [(where[k][0], where[k][1], len(e.token_ids)) for k, e in enumerate(eps)]
-        return MicroBatch(eps, ids, pos, None, spans)
+                rest.append(ep)
+            else:
+                rows[r].append(ep)
+                fill[r] += n
+        out.append(_packed([r for r in rows if r], width, pad_id))
+        todo = rest
+    return out
+
+
+def _packed(rows: list[list[Episode]], width: int, pad_id: int) -> MicroBatch:
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    # Padding at a row's end continues the last episode's positions: nothing attends to it
+    # (it comes last) and its outputs are never read.
+    pos = torch.zeros((len(rows), width), dtype=torch.long)
+    eps: list[Episode] = []
+    spans: list[tuple[int, int, int]] = []
+    for r, members in enumerate(rows):
+        start = 0
+        for e in members:
+            n = len(e.token_ids)
+            ids[r, start:start + n] = torch.tensor(e.token_ids)
+            pos[r, start:start + n] = torch.arange(n)
+            eps.append(e)
+            spans.append((r, start, n))
+            start += n
+        if start < width:
+            last = int(pos[r, start - 1])
+            pos[r, start:] = torch.arange(last + 1, last + 1 + width - start)
+    return MicroBatch(eps, ids, pos, None, spans)
+
+
+def _padded(eps: list[Episode], pad_id: int) -> MicroBatch:
+    width = max(len(e.token_ids) for e in eps)
     ids = torch.full((len(eps), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(eps), width), dtype=torch.long)
     for r, e in enumerate(eps):
@@ -155,14 +173,15 @@ class Learner:
 
     @torch.no_grad()
     def logprobs(self, episodes: list[Episode], model: Any = None) -> list[Tensor]:
-        """The learner's logprobs of every episode's tokens (aligned with token_ids[1:])."""
+        """The learner's logprobs of every episode's tokens (aligned with token_ids[1:]), in the
+        order of `episodes`."""
         model = self.model if model is None else model
         was = model.training
         model.eval()
-        res = [lp.cpu() for mb in self._plan(episodes) for lp in
-               self._forward_logprobs(model, mb)]
+        by_episode = {id(e): lp.cpu() for mb in self._plan(episodes) for e, lp in
+                      zip(mb.episodes, self._forward_logprobs(model, mb), strict=True)}
         model.train(was)
-        return res
+        return [by_episode[id(e)] for e in episodes]  # packing reorders; callers zip
 
     def _plan(self, episodes: list[Episode]) -> list[MicroBatch]:
         return plan_micro_batches(episodes, self.optim.micro_batch_tokens, self.pack,
@@ -310,8 +329,16 @@ class Learner:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, path: Path) -> None:
+        from transformers.utils import logging as hf_logging
+
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path / "model")
+        was_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a shard bar would cut through the live table
+        try:
+            self.model.save_pretrained(path / "model")
+        finally:
+            if was_on:
+                hf_logging.enable_progress_bar()
         state: dict[str, Any] = {"optimizer": self.opt.state_dict(), "steps": self.steps,
                                  "torch_rng": torch.get_rng_state(),
                                  "python_rng": random.getstate()}

@@ -102,10 +102,16 @@ def build_policy(cfg: TrainConfig, checkpoint: Path | None = None) -> tuple[Any,
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device=device, dtype=dtype)
     if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        enable_checkpointing(model)
         model.config.use_cache = False
     tokenizer.save_pretrained(out / "tokenizer")
     return model, tokenizer
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Gradient (activation) checkpointing, under the name this transformers version uses."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    (enable or model.gradient_checkpointing_enable)()
 
 
 def _env_facts(env_id: str, kwargs: dict[str, Any]) -> tuple[list[str], tuple[str, ...]]:
@@ -261,6 +267,11 @@ def _async_batches(cfg: TrainConfig, rollout: Any, sampler: TaskSampler, engine:
     stop = threading.Event()
 
     def produce() -> None:
+        import torch
+
+        # OpenMP thread counts are per thread: on a CPU, generating with one core leaves the
+        # others to the learner instead of both oversubscribing every core.
+        torch.set_num_threads(1)
         try:
             for b in range(first, total):
                 while engine.version < b - cfg.loop.max_staleness and not stop.is_set():

@@ -126,7 +126,8 @@ def _tensorboard(out: Path) -> Any:
 
 
 def plot_metrics(metrics_path: Path, png: Path) -> Path | None:
-    """Reward (train and eval), loss and response length against step, as one PNG."""
+    """Reward (train and eval), gradient norm, response length and step time against step,
+    as one PNG (a GRPO policy loss is ~0 by construction: not worth a panel)."""
     rows = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
     if not rows:
         return None
@@ -135,7 +136,7 @@ def plot_metrics(metrics_path: Path, png: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("reward", ("reward_mean", "eval_reward_mean")), ("policy loss", ("loss",)),
+    panels = [("reward", ("reward_mean", "eval_reward_mean")), ("gradient norm", ("grad_norm",)),
               ("response tokens", ("response_tokens_mean",)), ("step seconds", ("step_s",))]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
     for ax, (title, keys) in zip(axes, panels, strict=True):
