@@ -62,10 +62,12 @@ def async_vs_sync(steps: int) -> list[dict[str, Any]]:
         # the same for both, is left out)
         m = summary.metrics
         runs[mode] = (m[-1]["elapsed_s"] - m[0]["elapsed_s"], summary)
-    (sync_s, sync), (async_s, asy) = runs["sync"], runs["async"]
+    (sync_s, _), (async_s, asy) = runs["sync"], runs["async"]
     samples = (steps - 1) * 8 * 8
-    note = (f"{steps - 1} steps x {8 * 8} episodes each way, steady state; reward over the last 3 steps: "
-            f"sync {sync.reward_last:.3f}, async {asy.reward_last:.3f}; async staleness max "
+    step_s = {mode: sum(r["step_s"] for r in s.metrics[1:]) / (steps - 1)
+              for mode, (_, s) in runs.items()}
+    note = (f"{steps - 1} steps x {8 * 8} episodes each way, steady state; mean step "
+            f"{step_s['sync']:.2f} s sync, {step_s['async']:.2f} s async; async staleness max "
             f"{max(r['staleness_max'] for r in asy.metrics):.0f}")
     return [result("async training, samples/s", samples / async_s, "sync training",
                    samples / sync_s, ">= 1.5x", met=sync_s / async_s >= 1.5, unit="samples/s",

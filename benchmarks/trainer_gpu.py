@@ -108,7 +108,7 @@ def main() -> None:
         raw_opt.step()
 
     raw_s = timed(raw_step, args.repeats)
-    del raw_opt
+    raw_opt.state.clear()  # free its Adam moments before the learner makes its own
     learner = Learner(model, AlgoConfig(), OptimConfig(
         lr=1e-6, train_batch_size=args.batch // 4, mini_batch_size=args.batch // 4,
         micro_batch_tokens=args.batch * args.seq), pack=True)
