@@ -1,5 +1,16 @@
-"""skyhub's PPO/GRPO trainer (extra `train`).
+"""skyhub's PPO/GRPO trainer (extra `train`): small modules, each readable top to bottom.
 
-Not imported by `import skyhub`. The trainer arrives with its own issue; this package exists so
-that the distribution's layout (hub/, envs/, trainer/) is in place from the start.
+    rollout.py      multi-turn episodes over a VectorEnv, token-in/token-out
+    chat.py         prompt and observation tokens from the model's chat template
+    engines/        hf (transformers, KV cache) and vllm (AsyncLLM, live weight sync)
+    algorithms.py   advantages, PPO losses, KL estimators (plain torch)
+    learner.py      packed micro-batches, gradient accumulation, checkpoints
+    loop.py         sync and async training, eval, logging (`train(cfg)`)
+    config.py       dataclass configs from recipes/*.yaml plus key=value overrides
+    run_log.py      live table, metrics.jsonl, TensorBoard/W&B, curves.png
+    tiny.py         a random tiny model and a locally trained tokenizer (no downloads)
+    openrlhf.py     the agent adapter for scaling out with OpenRLHF's Ray trainer
+
+`import skyhub` does not import this package, and importing it imports nothing heavy: torch,
+transformers and vLLM load inside the modules that use them.
 """

@@ -320,7 +320,7 @@ class Learner:
         old_v = pad([extra[id(e)]["old_v"] for e in mb.episodes])
         vloss, _ = A.value_loss(values, old_v, ret, mask, clip=0.2)
         (vloss * share).backward()
-        sums["value_loss"] = sums.get("value_loss", 0.0) + float(vloss) * share
+        sums["value_loss"] = sums.get("value_loss", 0.0) + float(vloss.detach()) * share
 
     def lr(self) -> float:
         """Linear warmup over `warmup_steps`, then constant."""

@@ -255,8 +255,13 @@ _add_subcommands()
 
 
 def main() -> None:
-    """The console entry point (`skyhub` on the PATH)."""
-    app()
+    """The console entry point (`skyhub` on the PATH). A `SkyhubError` from any command,
+    subcommands included, is a red message and exit code 2, never a traceback."""
+    try:
+        app()
+    except SkyhubError as e:
+        _console(stderr=True).print(Text(f"error: {e}", style="red"), soft_wrap=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

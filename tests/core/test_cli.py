@@ -168,7 +168,7 @@ def test_info_passes_kwargs_to_the_env() -> None:
 def test_unknown_env_is_a_red_message_and_exit_code_2() -> None:
     result = invoke("info", "toy-arth")
     assert result.exit_code == 2
-    assert "Did you mean 'toy-arith'?" in result.stderr
+    assert "Did you mean 'toy-arith'" in result.stderr
     assert "Traceback" not in result.output
 
 
