@@ -194,14 +194,24 @@ class Learner:
                                                                episodes))}
         if not valid:
             return {**metrics, "skipped": 1.0}
-        adv = self._episode_advantages(episodes, group_size)
         ref_lp = self.logprobs(valid, self.ref) if self.ref is not None else None
+        rewards = {id(e): torch.tensor(float(e.reward)) for e in valid}
+        penalties: dict[int, Tensor] = {}
+        if ref_lp is not None and self.algo.kl_in_reward:
+            # KL as a per-token penalty in the reward (summed for episode-level estimators)
+            for e, lp, ref in zip(valid, self.logprobs(valid), ref_lp, strict=True):
+                mask = torch.tensor(e.loss_mask[1:]).bool()
+                kl = torch.where(mask, A.kl_estimate(lp, ref, self.algo.kl_estimator), 0.0)
+                penalties[id(e)] = self.algo.kl_coef * kl
+                rewards[id(e)] = rewards[id(e)] - penalties[id(e)].sum()
+            metrics["kl_penalty"] = float(sum(p.sum() for p in penalties.values()) / len(valid))
+        adv = self._episode_advantages(valid, group_size, rewards)
         extra = {id(e): {"adv": adv[id(e)]} for e in valid}
         if ref_lp is not None:
             for e, lp in zip(valid, ref_lp, strict=True):
                 extra[id(e)]["ref"] = lp
         if self.critic is not None:
-            self._gae(valid, extra)
+            self._gae(valid, extra, penalties)
         share = min(1.0, self.optim.mini_batch_size / self.optim.train_batch_size)
         single_pass = self.optim.epochs == 1 and share == 1.0
         if not single_pass:  # PPO's old policy: the weights before this step's updates
@@ -217,13 +227,18 @@ class Learner:
         metrics.update({k: sum(v) / len(v) for k, v in stats.items()})
         return metrics
 
-    def _episode_advantages(self, episodes: list[Episode], group_size: int
-                            ) -> dict[int, Tensor]:
+    def _episode_advantages(self, episodes: list[Episode], group_size: int,
+                            rewards: dict[int, Tensor] | None = None) -> dict[int, Tensor]:
         """Scalar advantage per valid episode, computed within its group over the group's
-        valid episodes only (an infra error neither scores 0 nor shifts its group's mean)."""
+        valid episodes only (an infra error neither scores 0 nor shifts its group's mean).
+        `rewards` (by episode id) replaces `episode.reward`, e.g. with a KL penalty in it."""
         out: dict[int, Tensor] = {}
         if self.algo.advantage == "gae":
             return {id(e): torch.tensor(0.0) for e in episodes}
+
+        def reward(e: Episode) -> Tensor:
+            return torch.tensor(float(e.reward)) if rewards is None else rewards[id(e)]
+
         estimator = ESTIMATORS[self.algo.advantage]
         groups: dict[int, list[Episode]] = {}
         for e in episodes:
@@ -233,23 +248,26 @@ class Learner:
             # No per-prompt baseline: one normalisation over the whole batch (Hu, 2025), so a
             # prompt whose samples all fail still gets a (negative) signal, unlike GRPO.
             eps = [e for g in groups.values() for e in g]
-            adv = estimator(torch.tensor([e.reward for e in eps]), None)
+            adv = estimator(torch.stack([reward(e) for e in eps]), None)
             return {id(e): a for e, a in zip(eps, adv, strict=True)}
         for members in groups.values():
-            rewards = torch.tensor([e.reward for e in members])
-            for e, a in zip(members, estimator(rewards, len(members)), strict=True):
+            group_rewards = torch.stack([reward(e) for e in members])
+            for e, a in zip(members, estimator(group_rewards, len(members)), strict=True):
                 out[id(e)] = a
         return out
 
-    def _gae(self, episodes: list[Episode], extra: dict[int, dict[str, Tensor]]) -> None:
+    def _gae(self, episodes: list[Episode], extra: dict[int, dict[str, Tensor]],
+             penalties: dict[int, Tensor]) -> None:
+        """PPO's advantages: the episode's reward on its last agent token, minus any per-token
+        KL penalty, through GAE with the critic's values; whitened over the batch."""
         assert self.critic is not None
         with torch.no_grad():
             for mb in self._plan(episodes):
                 for e, v in zip(mb.episodes, self.critic.values(mb, self.device), strict=True):
                     mask = torch.tensor(e.loss_mask[1:], dtype=torch.float)
-                    rewards = torch.zeros_like(mask)
+                    rewards = -penalties[id(e)] if id(e) in penalties else torch.zeros_like(mask)
                     last = int(mask.nonzero().max()) if mask.any() else 0
-                    rewards[last] = e.reward
+                    rewards[last] += e.reward
                     adv, ret = A.gae(rewards, v.cpu(), mask, self.algo.gamma, self.algo.lam)
                     extra[id(e)].update(adv=adv, ret=ret, old_v=v.cpu())
         advs = torch.cat([extra[id(e)]["adv"] for e in episodes])
@@ -291,7 +309,7 @@ class Learner:
             n_tok = int(mask.sum())
             share = (n_tok / max(total_tokens, 1) if self.algo.aggregation == "token-mean"
                      else len(mb.episodes) / total_seqs)
-            if self.ref is not None:
+            if self.ref is not None and not self.algo.kl_in_reward:
                 ref = pad([extra[id(e)]["ref"] for e in mb.episodes])
                 kl = A.masked_mean(A.kl_estimate(logp, ref, self.algo.kl_estimator), mask)
                 loss = loss + self.algo.kl_coef * kl

@@ -164,3 +164,19 @@ def test_checkpoint_round_trip_restores_weights_and_optimizer(tmp_path):
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
     for k, v in model.state_dict().items():
         assert torch.allclose(v, other.model.state_dict()[k], atol=1e-6)
+
+
+def test_kl_in_the_reward_penalises_episodes_that_moved_away():
+    torch.manual_seed(0)
+    model = tiny_model(300, seed=1)
+    learner = Learner(model, AlgoConfig(kl_coef=0.5, kl_in_reward=True, kl_estimator="k1"),
+                      OptimConfig(lr=1e-2, train_batch_size=3, mini_batch_size=3))
+    assert learner.train_step(episodes(), 4)["kl_penalty"] == pytest.approx(0.0, abs=1e-5)
+    eps = episodes()
+    second = learner.train_step(eps, 4)
+    assert second["kl_penalty"] != pytest.approx(0.0, abs=1e-4) and "kl" not in second
+    # the penalty enters the advantages: same rewards, other advantages than without it
+    penalised = {id(e): torch.tensor(e.reward) - 1.0 * i for i, e in enumerate(eps)}
+    plain = learner._episode_advantages(eps, 4)
+    moved = learner._episode_advantages(eps, 4, penalised)
+    assert any(not torch.isclose(plain[id(e)], moved[id(e)]) for e in eps)
