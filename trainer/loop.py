@@ -96,8 +96,15 @@ def build_policy(cfg: TrainConfig, checkpoint: Path | None = None) -> tuple[Any,
         model = tiny_model(len(tokenizer), hidden_size=cfg.model.tiny_hidden,
                            layers=cfg.model.tiny_layers, seed=cfg.loop.seed)
     else:
-        tokenizer = AutoTokenizer.from_pretrained(cfg.model.name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(cfg.model.name_or_path, dtype=dtype)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(cfg.model.name_or_path)
+            model = AutoModelForCausalLM.from_pretrained(cfg.model.name_or_path, dtype=dtype)
+        except OSError as e:
+            from skyhub.errors import UsageError
+
+            raise UsageError(f"could not load model.name_or_path={cfg.model.name_or_path!r} "
+                             f"({str(e).splitlines()[0]}); pass a local directory or a hub id "
+                             "this machine can download, or model.name_or_path=tiny") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device=device, dtype=dtype)
@@ -106,6 +113,18 @@ def build_policy(cfg: TrainConfig, checkpoint: Path | None = None) -> tuple[Any,
         model.config.use_cache = False
     tokenizer.save_pretrained(out / "tokenizer")
     return model, tokenizer
+
+
+def _check_vllm() -> None:
+    try:
+        import vllm  # noqa: F401
+    except ImportError as e:
+        from skyhub.errors import UsageError
+
+        raise UsageError(f"rollout.engine=vllm needs vLLM ({e}); on a CPU machine run in the "
+                         "virtualenv `bash scripts/vllm-venv.sh` makes (.venv-vllm), on a GPU "
+                         "machine pip install the vLLM that script pins; or "
+                         "rollout.engine=hf") from None
 
 
 def enable_checkpointing(model: Any) -> None:
@@ -176,10 +195,18 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     random.seed(cfg.loop.seed)
     torch.manual_seed(cfg.loop.seed)
     checkpoint = latest_checkpoint(out) if cfg.loop.resume else None
-    model, tokenizer = build_policy(cfg, checkpoint)
-    chat = ChatFormat(tokenizer)
+    if cfg.loop.resume and checkpoint is None:
+        from skyhub.errors import UsageError
+
+        raise UsageError(f"--resume: no checkpoint under {out / 'checkpoints'}; train without "
+                         "--resume first, or point --out at the run to continue")
+    # What can fail for a reason the user can fix fails first, before any model loads.
     task_ids, env_stop = _env_facts(cfg.env.id, cfg.env.kwargs)
     r = cfg.rollout
+    if r.engine == "vllm":
+        _check_vllm()
+    model, tokenizer = build_policy(cfg, checkpoint)
+    chat = ChatFormat(tokenizer)
     rollout_cfg = RolloutConfig(max_turns=r.max_turns, max_tokens_per_turn=r.max_tokens_per_turn,
                                 max_input_tokens=r.max_input_tokens, temperature=r.temperature,
                                 top_p=r.top_p, stop=tuple(r.stop) or env_stop)
