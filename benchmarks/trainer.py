@@ -145,8 +145,8 @@ def packed_vs_padded(n_episodes: int = 64, repeats: int = 2) -> list[dict[str, A
                    unit="tokens/s",
                    note=f"{n_episodes} episodes, mean {mean_len:.0f} tokens "
                         f"(min {min(len(e.token_ids) for e in episodes)}, max "
-                        f"{max(len(e.token_ids) for e in episodes)}); 4-layer, 256-wide Qwen2-shaped "
-                        "random model, 8192-token micro-batches, fp32 on CPU")]
+                        f"{max(len(e.token_ids) for e in episodes)}); 4-layer, 256-wide "
+                        "Qwen2-shaped random model, 8192-token micro-batches, fp32 on CPU")]
 
 
 def main() -> None:
