@@ -4,7 +4,8 @@
     chat.py         prompt and observation tokens from the model's chat template
     engines/        hf (transformers, KV cache) and vllm (AsyncLLM, live weight sync)
     algorithms.py   advantages, PPO losses, KL estimators (plain torch)
-    learner.py      packed micro-batches, gradient accumulation, checkpoints
+    learner.py      the PPO/GRPO step: advantages, accumulation, checkpoints
+    packing.py      episodes of mixed lengths laid out in rows without padding waste
     loop.py         sync and async training, eval, logging (`train(cfg)`)
     config.py       dataclass configs from recipes/*.yaml plus key=value overrides
     run_log.py      live table, metrics.jsonl, TensorBoard/W&B, curves.png

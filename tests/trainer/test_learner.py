@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from skyhub.trainer.config import AlgoConfig, OptimConfig
-from skyhub.trainer.learner import Learner, plan_micro_batches
+from skyhub.trainer.learner import Learner
+from skyhub.trainer.packing import plan_micro_batches
 from skyhub.trainer.rollout import Episode
 from skyhub.trainer.tiny import tiny_model
 
