@@ -306,11 +306,9 @@ def _async_batches(cfg: TrainConfig, rollout: Any, sampler: TaskSampler, engine:
                 if stop.is_set():
                     return
                 tasks = sampler.next(cfg.optim.train_batch_size)
-                t0 = time.perf_counter()
                 episodes = rollout.run(tasks, cfg.rollout.samples_per_prompt,
                                        seed=cfg.loop.seed * 100_003 + b)
                 ready.put((b, episodes, sampler.state(), {**rollout.stats}))
-                del t0
         except BaseException as e:  # surfaced in the learner's thread
             ready.put(e)
 
