@@ -1,6 +1,7 @@
-"""`python -m benchmarks`: regenerate the README's performance table from the recorded
-results in benchmarks/results/ (each benchmark runs on its own: `python -m benchmarks.NAME`)."""
+"""`python -m benchmarks`: run the benchmarks and regenerate the README table (see _runner)."""
 
-from benchmarks._readme import update
+import sys
 
-print("README table updated" if update() else "README table already up to date")
+from benchmarks._runner import main
+
+sys.exit(main())

@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 from benchmarks._common import result, write
 
+NEEDS = ("docker",)  # `python -m benchmarks` skips this benchmark without it
+
 
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)

@@ -22,6 +22,8 @@ import time
 
 from benchmarks._common import result, write
 
+NEEDS = ("docker",)  # `python -m benchmarks` skips this benchmark without it
+
 
 def median_ms(xs: list[float]) -> float:
     return statistics.median(xs) * 1e3

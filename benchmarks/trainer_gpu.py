@@ -22,6 +22,8 @@ from typing import Any
 
 from benchmarks._common import result, write
 
+NEEDS = ("cuda",)  # `python -m benchmarks` skips this benchmark without it
+
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
 
 

@@ -7,7 +7,17 @@ An agent maps the conversation so far to its next action. Built-ins:
   task with a verifier: a task that rewards it is broken;
 - `random`: a seeded choice among plausible protocol snippets and garbage, a lower bound
   that exercises the env's handling of malformed actions;
-- `script:module:function`: any Python callable `function(messages) -> str`.
+- `script:module:function`: any Python callable `function(messages) -> str`;
+- `openai:MODEL`: a model behind an OpenAI-compatible chat endpoint (`skyhub.openai_agent`);
+- `hf:PATH` and any other `PREFIX:...`: agents that packages register under the entry-point
+  group `skyhub.agents` (the trainer registers `hf`, a local transformers model), so that core
+  never imports them.
+
+`act` returns the action text, or a `Reply` when the agent knows what the call cost in
+tokens. An agent whose model fails for good raises `skyhub.errors.AgentError`: the harness
+records that episode as an infra error. An agent with `parallel = True` is called from
+several threads at once (one per running episode), which is what a network or model-backed
+agent needs to keep `--concurrency` requests in flight.
 """
 
 from __future__ import annotations
@@ -16,11 +26,22 @@ import abc
 import importlib
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any
 
 from skyhub.chat import Message
 
 ReferenceFn = Callable[[], "str | None"]
+
+
+@dataclass
+class Reply:
+    """An action and, when the agent knows it, the tokens the call used."""
+
+    text: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
 
 
 class Agent(abc.ABC):
@@ -31,9 +52,14 @@ class Agent(abc.ABC):
     """
 
     name = "agent"
+    parallel = False  # True: safe (and worth it) to call from one thread per running episode
 
     @abc.abstractmethod
-    def act(self, messages: list[Message], reference: ReferenceFn) -> str: ...
+    def act(self, messages: list[Message], reference: ReferenceFn) -> str | Reply: ...
+
+    def close(self) -> None:
+        """Release what the agent holds (a model, a connection pool); idempotent."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
@@ -72,38 +98,67 @@ class RandomAgent(Agent):
 
 
 class ScriptAgent(Agent):
-    """Wraps a callable `fn(messages) -> str`."""
+    """Wraps a callable `fn(messages) -> str` (or `Reply`). It runs in one thread per running
+    episode (a script that calls a model should not serialise the run), so it must be
+    thread-safe; pass `parallel=False` for one that is not."""
 
-    def __init__(self, fn: Callable[[list[Message]], str], name: str = "script") -> None:
-        self.fn, self.name = fn, name
+    def __init__(self, fn: Callable[[list[Message]], Any], name: str = "script",
+                 parallel: bool = True) -> None:
+        self.fn, self.name, self.parallel = fn, name, parallel
 
-    def act(self, messages: list[Message], reference: ReferenceFn) -> str:
+    def act(self, messages: list[Message], reference: ReferenceFn) -> str | Reply:
         out = self.fn(messages)
-        return out if isinstance(out, str) else str(out)
+        return out if isinstance(out, str | Reply) else str(out)
 
 
-def load_agent(spec: str, *, seed: int = 0) -> Agent:
-    """An agent from its command-line name: `oracle`, `nop`, `random`,
-    `script:module:function`."""
+AGENT_HELP = ("oracle, nop, random, script:module:function, openai:MODEL (an OpenAI-compatible "
+              "server; --base-url), hf:PATH (a local transformers model; extra 'train')")
+
+
+def load_agent(spec: str, *, seed: int = 0, **options: Any) -> Agent:
+    """An agent from its command-line name (see `AGENT_HELP`).
+
+    `options` go to model-backed agents (`openai:`, `hf:` and plugins): `base_url`,
+    `api_key`, `temperature`, `max_tokens`, `timeout`, `max_retries`...; None values are
+    dropped so that a plugin's own defaults apply.
+    """
+    options = {k: v for k, v in options.items() if v is not None}
     if spec == "oracle":
         return OracleAgent()
     if spec == "random":
         return RandomAgent(seed)
     if spec == "nop":
         return NopAgent()
-    if spec.startswith("script:"):
-        target = spec[len("script:"):]
-        mod_name, _, attr = target.rpartition(":")
-        if not mod_name or not attr:
-            raise ValueError(f"agent {spec!r}: write script:module:function, e.g. "
-                             "script:my_agents:always_42")
-        try:
-            fn: Any = getattr(importlib.import_module(mod_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"agent {spec!r}: cannot load {target} ({e}). The module must be "
-                             "importable from the current directory or PYTHONPATH.") from None
-        if not callable(fn):
-            raise ValueError(f"agent {spec!r}: {target} is not callable")
-        return ScriptAgent(fn, name=spec)
-    raise ValueError(f"unknown agent {spec!r}: use oracle, nop, random or script:module:function "
-                     "(model-backed agents arrive with `skyhub eval`'s full harness)")
+    prefix, sep, target = spec.partition(":")
+    if not sep or not target:
+        raise ValueError(f"unknown agent {spec!r}: use {AGENT_HELP}")
+    if prefix == "script":
+        return _script_agent(spec, target)
+    if prefix == "openai":
+        from skyhub.openai_agent import OpenAIAgent
+
+        return OpenAIAgent(target, seed=seed, **options)
+    plugins = {ep.name: ep for ep in entry_points(group="skyhub.agents")}
+    if prefix not in plugins:
+        raise ValueError(f"unknown agent kind {prefix!r} in {spec!r}: use {AGENT_HELP}"
+                         + (f"; plugins: {', '.join(sorted(plugins))}" if plugins else ""))
+    factory = plugins[prefix].load()
+    agent = factory(target, seed=seed, **options)
+    if not isinstance(agent, Agent):
+        raise ValueError(f"agent plugin {prefix!r} returned {type(agent).__name__}, not an Agent")
+    return agent
+
+
+def _script_agent(spec: str, target: str) -> Agent:
+    mod_name, _, attr = target.rpartition(":")
+    if not mod_name or not attr:
+        raise ValueError(f"agent {spec!r}: write script:module:function, e.g. "
+                         "script:my_agents:always_42")
+    try:
+        fn: Any = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"agent {spec!r}: cannot load {target} ({e}). The module must be "
+                         "importable from the current directory or PYTHONPATH.") from None
+    if not callable(fn):
+        raise ValueError(f"agent {spec!r}: {target} is not callable")
+    return ScriptAgent(fn, name=spec)

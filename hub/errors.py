@@ -37,6 +37,11 @@ class InfraError(SkyhubError, RuntimeError):
     `infra_error` so that a trainer masks them instead of scoring them 0."""
 
 
+class AgentError(InfraError):
+    """The agent's model could not answer (its server kept failing, rate-limited or timed out
+    after every retry). The episode is recorded as an infra error, never as a wrong answer."""
+
+
 class UsageError(SkyhubError, ValueError):
     """The API was called in a way that cannot work (a snapshot restored on another sandbox,
     a step sent to a busy env...); the message says what to do instead."""
@@ -47,6 +52,7 @@ class RegistrationError(UsageError):
 
 
 __all__ = [
+    "AgentError",
     "DataNotFound",
     "EnvNotFound",
     "InfraError",

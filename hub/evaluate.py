@@ -1,26 +1,76 @@
-"""Run an agent on an env for N episodes, concurrently, and summarise.
+"""Run an agent on an env for N episodes, concurrently, and record every episode.
 
-    summary = skyhub.evaluate.run("toy-lookup", load_agent("oracle"), n=100, concurrency=8)
+    summary, episodes = skyhub.evaluate.run("toy-lookup", load_agent("oracle"), n=100,
+                                            concurrency=8, out="runs/oracle")
 
 Episodes run through a `VectorEnv` with `send`/`recv`, so a slow episode never holds the
-others back. Episode k plays the env's task k (cycling when `n` exceeds the task set, so
-`n = len(tasks)` covers every task once) with seed `seed + k`: a run is reproducible
-whatever the concurrency. Episodes that end in an infrastructure error are counted apart
-and left out of the mean (never scored 0). `skyhub eval` is the command-line face of this module.
+others back; an agent with `parallel = True` (a model server) is called from one thread per
+running episode, so `concurrency` requests are in flight. Episode k plays the env's task k
+(cycling when `n` exceeds the task set, so `n = len(tasks)` covers every task once) with seed
+`seed + k`: a run is reproducible whatever the concurrency, and two runs with the same env,
+`n` and `seed` can be compared episode by episode (`skyhub eval compare`).
+
+Episodes that end in an infrastructure error (the env's, or the agent's model server failing
+after its retries: `AgentError`) are recorded with `infra_error` and left out of the mean,
+never scored 0. With `out`, each episode is appended to `out/episodes.jsonl` as it finishes
+(the format: docs/eval.md), so Ctrl-C or a crash keeps what finished and `resume=True`
+runs only what is missing (and re-runs infra errors). `skyhub eval` is the command-line face
+of this module; `skyhub.report` turns a run directory into a report.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import queue
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from skyhub.agents import Agent
+from skyhub.agents import Agent, Reply
 from skyhub.chat import Episode
+from skyhub.errors import InfraError, UsageError
+
+# What must match for `resume` to continue a run rather than mix two different ones.
+_RUN_KEYS = ("env_id", "env_kwargs", "agent", "seed")
+
+
+@dataclass
+class EvalEpisode(Episode):
+    """An `Episode` with what an evaluation records about it (see `to_record`)."""
+
+    index: int = 0
+    seed: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float = 0.0
+    agent_s: float = 0.0
+    error_source: str | None = None  # "env" or "agent" for an infra error
+
+    def count(self, reply: str | Reply) -> str:
+        """Add a reply's token counts; returns its text."""
+        if isinstance(reply, str):
+            return reply
+        if reply.prompt_tokens is not None:
+            self.prompt_tokens = (self.prompt_tokens or 0) + reply.prompt_tokens
+        if reply.completion_tokens is not None:
+            self.completion_tokens = (self.completion_tokens or 0) + reply.completion_tokens
+        return reply.text
+
+    def to_record(self, env_id: str, agent: str) -> dict[str, Any]:
+        """One line of episodes.jsonl."""
+        error = self.final_info.get("error") if self.infra_error else None
+        return {"index": self.index, "seed": self.seed, "env_id": env_id, "agent": agent,
+                **self.to_dict(), "error": None if error is None else str(error),
+                "error_source": self.error_source if self.infra_error else None,
+                "meta": self.meta, "final_info": self.final_info,
+                "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
+                "latency_s": round(self.latency_s, 4), "agent_s": round(self.agent_s, 4)}
 
 
 @dataclass
@@ -35,6 +85,9 @@ class Summary:
     mean_turns: float
     outcomes: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    requested: int = 0  # episodes asked for; n < requested when a run was interrupted
+    complete: bool = True
+    tokens: dict[str, int | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -59,96 +112,300 @@ def ci95(rewards: list[float]) -> tuple[float, float]:
     return (mean - z * sd / math.sqrt(m), mean + z * sd / math.sqrt(m))
 
 
-def summarise(env_id: str, agent: str, episodes: list[Episode], seconds: float) -> Summary:
+def summarise(env_id: str, agent: str, records: list[dict[str, Any]], seconds: float,
+              requested: int | None = None) -> Summary:
     """Mean reward and its 95% interval over episodes without infra errors; accuracy is the
-    fraction whose outcome is `success`."""
-    scored = [e for e in episodes if not e.infra_error]
-    rewards = [e.total_reward for e in scored]
+    fraction of them whose outcome is `success`. `records` are episodes.jsonl lines."""
+    scored = [r for r in records if not r["infra_error"]]
+    rewards = [float(r["reward"]) for r in scored]
     m = len(rewards)
-    mean = sum(rewards) / m if m else float("nan")
     outcomes: dict[str, int] = {}
-    for e in episodes:
-        outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
+    for r in records:
+        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+    tokens = {k: sum(r["tokens"][k] for r in records if r.get("tokens", {}).get(k) is not None)
+              if any(r.get("tokens", {}).get(k) is not None for r in records) else None
+              for k in ("prompt", "completion")}
+    requested = len(records) if requested is None else requested
     return Summary(
-        env_id=env_id, agent=agent, n=len(episodes), mean_reward=mean,
-        accuracy=(sum(e.outcome == "success" for e in scored) / m) if m else float("nan"),
-        ci95=ci95(rewards), infra_errors=len(episodes) - m,
-        mean_turns=(sum(len(e.actions) for e in episodes) / len(episodes)) if episodes else 0.0,
-        outcomes=outcomes, seconds=seconds)
+        env_id=env_id, agent=agent, n=len(records), mean_reward=sum(rewards) / m if m else math.nan,
+        accuracy=(sum(r["outcome"] == "success" for r in scored) / m) if m else math.nan,
+        ci95=ci95(rewards), infra_errors=len(records) - m,
+        mean_turns=(sum(r["turns"] for r in records) / len(records)) if records else 0.0,
+        outcomes=outcomes, seconds=seconds, requested=requested,
+        complete=len(records) >= requested, tokens=tokens)
 
 
-def run(env_id: str, agent: Agent, *, n: int = 100, concurrency: int = 8, seed: int = 0,
-        env_kwargs: dict[str, Any] | None = None, max_steps: int = 100,
-        on_episode: Callable[[Episode], None] | None = None) -> tuple[Summary, list[Episode]]:
-    """Run `n` episodes of `env_id` with `agent`, `concurrency` at a time.
+def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8,
+        seed: int = 0, env_kwargs: dict[str, Any] | None = None, max_steps: int = 100,
+        on_episode: Callable[[EvalEpisode], None] | None = None,
+        out: str | Path | None = None, resume: bool = False,
+        on_plan: Callable[[int], None] | None = None,
+        ) -> tuple[Summary, list[EvalEpisode]]:
+    """Run `n` episodes of `env_id` with `agent` (default: each of the env's tasks once),
+    `concurrency` at a time.
 
     `max_steps` guards against an env that never ends: such an episode is cut and counted as
-    an infra error. `on_episode` is called as each episode finishes (progress bars, logs).
+    an infra error. `on_plan` gets the number of episodes about to run (fewer than `n` when
+    resuming), `on_episode` each episode as it finishes (progress bars, logs).
+    With `out`, episodes are appended to `out/episodes.jsonl` as they finish and
+    `summary.json` is written at the end, also when the run stops early; `resume=True`
+    continues the run found there (missing episodes and infra errors only). The summary then
+    covers the whole run, the returned episodes only those run now. A `UsageError` (a
+    rejected API key, a run directory that holds another run) stops the run; what finished
+    is kept.
     """
-    from skyhub.vector import infra_error_info, make_vec
+    from skyhub.vector import make_vec
 
-    if n < 1 or concurrency < 1:
-        raise ValueError("n and concurrency must be >= 1")
-    width = min(concurrency, n)
-    started, done = 0, 0
-    episodes: list[Episode | None] = [None] * n
-    running: dict[int, tuple[int, Episode | None]] = {}  # env id -> (episode index, record)
-    last_action: dict[int, str] = {}  # env id -> the action in flight
-    t0 = time.perf_counter()
-    with make_vec(env_id, width, autoreset_mode="disabled", **(env_kwargs or {})) as venv:
-        prompts = venv.get_attr("system_prompt")
-        task_ids = [t.id for t in venv.get_attr("tasks", env_ids=[0])[0]]
+    if (n is not None and n < 1) or concurrency < 1:
+        raise UsageError(f"n and concurrency must be >= 1 (got n={n}, concurrency={concurrency})")
+    env_kwargs = dict(env_kwargs or {})
+    width = concurrency if n is None else min(concurrency, n)
+    # The envs come first: missing data or a bad kwarg fails before a run directory is made.
+    with make_vec(env_id, width, autoreset_mode="disabled", **env_kwargs) as venv:
+        tasks = venv.get_attr("tasks", env_ids=[0])[0] or []
+        if n is None:
+            if not len(tasks):
+                raise UsageError(f"{env_id} has no fixed task set (it generates tasks): pass "
+                                 "--n to say how many episodes to run")
+            n = len(tasks)
+        run_dir = RunDir(out) if out is not None else None
+        kept: list[dict[str, Any]] = []
+        if run_dir is not None:
+            config = {"env_id": env_id, "env_kwargs": env_kwargs, "agent": agent.name, "n": n,
+                      "seed": seed}
+            kept = run_dir.open(config, resume=resume)
+        done = {r["index"] for r in kept}
+        todo = [k for k in range(n) if k not in done]
+        if on_plan is not None:
+            on_plan(len(todo))
+        t0 = time.perf_counter()
+        new: list[EvalEpisode] = []
+        new_records: list[dict[str, Any]] = []
 
-        def start(i: int) -> None:
-            nonlocal started
-            running[i] = (started, None)
-            options = {"task_id": task_ids[started % len(task_ids)]} if task_ids else None
-            venv.async_reset([i], seed=[seed + started], options=[options])
-            started += 1
+        def finished(ep: EvalEpisode) -> None:
+            new.append(ep)
+            new_records.append(ep.to_record(env_id, agent.name))
+            if run_dir is not None:
+                run_dir.append(new_records[-1])
+            if on_episode is not None:
+                on_episode(ep)
 
-        for i in range(width):
-            start(i)
-        while done < n:
-            ids, obs, rewards, terms, truncs, infos = venv.recv()
-            send_ids, actions = [], []
-            for i, o, r, te, tr, info in zip(ids.tolist(), obs, rewards, terms, truncs, infos,
-                                             strict=True):
-                k, ep = running[i]
-                if ep is None:  # the first observation of a new episode
-                    ep = Episode(info.get("task_id"), prompts[i], o)
-                    if info.get("infra_error"):
-                        ep.add("", "", 0.0, False, True, info)
-                else:
-                    ep.add(last_action[i], o, float(r), bool(te), bool(tr), info)
-                    if not ep.done and len(ep.actions) >= max_steps:
-                        ep.add("", "", 0.0, False, True, infra_error_info(
-                            f"episode cut after max_steps={max_steps}", ep.task_id, max_steps))
-                if ep.done:
-                    episodes[k], done = ep, done + 1
-                    if on_episode is not None:
-                        on_episode(ep)
-                    if started < n:
-                        start(i)
-                    else:
-                        running.pop(i)
-                    continue
-                running[i] = (k, ep)
-                last_action[i] = agent.act(ep.messages(), lambda e=i: venv.call(
-                    "reference_action", env_ids=[e])[0])
-                send_ids.append(i)
-                actions.append(last_action[i])
-            if send_ids:
-                venv.send(actions, send_ids)
-    finished = [e for e in episodes if e is not None]
-    return summarise(env_id, agent.name, finished, time.perf_counter() - t0), finished
+        def summary() -> Summary:
+            records = sorted(kept + new_records, key=lambda r: r["index"])
+            s = summarise(env_id, agent.name, records, time.perf_counter() - t0,
+                          requested=len(records) + len(todo) - len(new))
+            if run_dir is not None:
+                run_dir.write_summary(s)
+            return s
+
+        try:
+            if todo:
+                _EvalLoop(venv, tasks, agent, seed, max_steps, finished).run(todo)
+        except BaseException:  # Ctrl-C, a crash: the summary says what finished
+            if run_dir is not None:
+                summary()
+            raise
+    new.sort(key=lambda e: e.index)
+    return summary(), new
 
 
-def write_run(out: str | Path, summary: Summary, episodes: list[Episode]) -> Path:
-    """`episodes.jsonl` (one line per episode) and `summary.json` under `out`."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "episodes.jsonl").open("w", encoding="utf-8") as f:
-        for e in episodes:
-            f.write(json.dumps(e.to_dict(), default=str, ensure_ascii=False) + "\n")
-    (out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
-    return out
+class _EvalLoop:
+    """The event loop of one evaluation: env results from the VectorEnv, agent replies from
+    a thread pool (parallel agents) or inline (fast local agents)."""
+
+    def __init__(self, venv: Any, tasks: Any, agent: Agent, seed: int, max_steps: int,
+                 finished: Callable[[EvalEpisode], None]) -> None:
+        self.venv, self.tasks, self.agent = venv, tasks, agent
+        self.prompts = venv.get_attr("system_prompt")
+        self.seed, self.max_steps, self.finished = seed, max_steps, finished
+        self.replies: queue.SimpleQueue[tuple[int, Any, float]] = queue.SimpleQueue()
+        self.running: dict[int, EvalEpisode] = {}  # env slot -> its episode
+        self.fresh: dict[int, tuple[int, dict[str, Any], float]] = {}  # slot -> (index, task
+        # meta, start time) while its reset is in flight
+        self.action: dict[int, str] = {}  # slot -> the action in flight
+        self.thinking = 0  # agent calls pending in the pool
+
+    def run(self, todo: list[int]) -> None:
+        width = min(self.venv.num_envs, len(todo))
+        queue_ = list(reversed(todo))
+        pool = ThreadPoolExecutor(width, "skyhub-agent") if self.agent.parallel else None
+        for slot in range(width):
+            self._start(slot, queue_.pop())
+        in_env, remaining = width, len(todo)  # envs with a reset/step in flight; episodes left
+        try:
+            while remaining:
+                if in_env:  # env results (an agent reply wakes this up: see _think)
+                    ids, *results = self.venv.recv()
+                    in_env -= len(ids)
+                    for i, o, r, te, tr, info in zip(ids.tolist(), *results, strict=True):
+                        ep = self._observe(i, o, float(r), bool(te), bool(tr), info)
+                        if ep.done:
+                            remaining -= 1
+                            in_env += self._next(i, ep, queue_)
+                        elif pool is not None:
+                            self.thinking += 1
+                            pool.submit(self._think, i, ep.messages())
+                        else:
+                            t = time.perf_counter()
+                            reply = self._act(i, ep.messages())
+                            in_env += self._reply(i, reply, time.perf_counter() - t, queue_)
+                            remaining -= int(self.running.get(i) is not ep)
+                block = not in_env  # nothing else to wait for
+                while self.thinking:
+                    try:
+                        i, reply, dt = self.replies.get(timeout=None if block else 0)
+                    except queue.Empty:
+                        break
+                    block, self.thinking = False, self.thinking - 1
+                    ep = self.running[i]
+                    in_env += self._reply(i, reply, dt, queue_)
+                    remaining -= int(self.running.get(i) is not ep)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ episodes
+    def _start(self, slot: int, k: int) -> None:
+        task = self.tasks[k % len(self.tasks)] if len(self.tasks) else None
+        options = {"task_id": task.id} if task is not None else None
+        self.fresh[slot] = (k, dict(task.meta) if task is not None else {}, time.perf_counter())
+        self.venv.async_reset([slot], seed=[self.seed + k], options=[options])
+
+    def _observe(self, i: int, obs: str, reward: float, term: bool, trunc: bool,
+                 info: dict[str, Any]) -> EvalEpisode:
+        """Record an env result on slot i's episode (a new one after a reset)."""
+        from skyhub.vector import infra_error_info
+
+        if i in self.fresh:  # the first observation of a new episode
+            k, meta, t0 = self.fresh.pop(i)
+            ep = EvalEpisode(info.get("task_id"), self.prompts[i], obs, index=k,
+                             seed=self.seed + k, meta=meta, latency_s=t0)
+            self.running[i] = ep
+            if info.get("infra_error"):
+                ep.error_source = "env"
+                ep.add("", "", 0.0, False, True, info)
+            return ep
+        ep = self.running[i]
+        ep.add(self.action.pop(i), obs, reward, term, trunc, info)
+        if info.get("infra_error"):
+            ep.error_source = "env"
+        if not ep.done and len(ep.actions) >= self.max_steps:
+            ep.error_source = "env"
+            ep.add("", "", 0.0, False, True, infra_error_info(
+                f"episode cut after max_steps={self.max_steps}", ep.task_id, self.max_steps))
+        return ep
+
+    def _next(self, i: int, ep: EvalEpisode, queue_: list[int]) -> int:
+        """Slot i's episode is over: record it and start the next; returns envs put in
+        flight (0 or 1)."""
+        ep.latency_s = time.perf_counter() - ep.latency_s
+        self.running.pop(i, None)
+        self.finished(ep)
+        if queue_:
+            self._start(i, queue_.pop())
+            return 1
+        return 0
+
+    # ------------------------------------------------------------------ the agent
+    def _act(self, i: int, messages: list[dict[str, str]]) -> Any:
+        """The agent's reply, or the InfraError it raised (recorded, not raised)."""
+        try:
+            return self.agent.act(messages, lambda: self.venv.call(
+                "reference_action", env_ids=[i])[0])
+        except InfraError as e:
+            return e
+
+    def _think(self, i: int, messages: list[dict[str, str]]) -> None:
+        t = time.perf_counter()
+        try:
+            reply = self._act(i, messages)
+        except BaseException as e:  # raised again by the loop's thread
+            reply = e
+        self.replies.put((i, reply, time.perf_counter() - t))
+        self.venv.wake()
+
+    def _reply(self, i: int, reply: Any, seconds: float, queue_: list[int]) -> int:
+        """Send the agent's action to slot i (returns 1), or end the episode on an agent
+        infra error (returns what `_next` does). Other exceptions stop the run."""
+        from skyhub.vector import infra_error_info
+
+        ep = self.running[i]
+        ep.agent_s += seconds
+        if isinstance(reply, InfraError):
+            ep.error_source = "agent"
+            ep.add("", "", 0.0, False, True, infra_error_info(
+                f"agent failed: {reply}", ep.task_id, len(ep.actions)))
+            return self._next(i, ep, queue_)
+        if isinstance(reply, BaseException):
+            raise reply
+        self.action[i] = ep.count(reply)
+        self.venv.send([self.action[i]], [i])
+        return 1
+
+
+class RunDir:
+    """An eval run directory: `run.json` (what was run), `episodes.jsonl` (appended as
+    episodes finish) and `summary.json`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def open(self, config: dict[str, Any], *, resume: bool) -> list[dict[str, Any]]:
+        """Start or continue a run; returns the episodes kept from an earlier attempt."""
+        episodes = self.path / "episodes.jsonl"
+        kept: list[dict[str, Any]] = []
+        if resume and (self.path / "run.json").is_file():
+            before = json.loads((self.path / "run.json").read_text())
+            diff = [k for k in _RUN_KEYS if json.dumps(before.get(k), sort_keys=True, default=str)
+                    != json.dumps(config.get(k), sort_keys=True, default=str)]
+            if diff:
+                raise UsageError(
+                    f"--resume: {self.path} holds a different run ("
+                    + "; ".join(f"{k}: {before.get(k)!r} there, {config.get(k)!r} now"
+                                for k in diff)
+                    + "). Resume with the same env, kwargs, --agent and --seed, or pick a new "
+                    "--out directory")
+            kept = [r for r in load_records(self.path) if not r["infra_error"]]
+        elif resume:
+            raise UsageError(f"--resume: {self.path} holds no run (no run.json); drop --resume "
+                             "to start one there")
+        elif episodes.is_file() and episodes.stat().st_size:
+            raise UsageError(f"{episodes} already holds episodes: pass --resume to continue that "
+                             "run, or choose another --out directory")
+        self.path.mkdir(parents=True, exist_ok=True)
+        from skyhub import __version__
+
+        record = {**config, "skyhub_version": __version__,
+                  "started": datetime.now(UTC).isoformat(timespec="seconds")}
+        (self.path / "run.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        self._file = episodes.open("a", encoding="utf-8")
+        return kept
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def write_summary(self, summary: Summary) -> None:
+        self._file.close()
+        (self.path / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+
+
+def load_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The episodes of a run directory, sorted by index. A resumed run appends a new line for
+    an episode it re-ran (an infra error retried): the last line for an index wins. A torn
+    last line (a crash mid-write) is skipped."""
+    path = Path(run_dir) / "episodes.jsonl"
+    if not path.is_file():
+        from skyhub.errors import DataNotFound
+
+        raise DataNotFound(f"{path} not found: is {run_dir} the --out directory of a "
+                           "`skyhub eval` run?")
+    by_index: dict[int, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "index" in rec:
+            by_index[int(rec["index"])] = rec
+    return [by_index[k] for k in sorted(by_index)]

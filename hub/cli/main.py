@@ -179,76 +179,21 @@ def play(
         env.close()
 
 
-@app.command("eval")
-@_friendly_errors
-def eval_cmd(
-    env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-lookup.")],
-    kwargs: KwargsArg = None,
-    agent: Annotated[str, typer.Option(
-        help="oracle (the env's reference actions), nop (does nothing), random, or "
-             "script:module:function "
-             "(a callable from chat messages to the next action).")] = "oracle",
-    n: Annotated[int, typer.Option("--n", help="Number of episodes.")] = 100,
-    concurrency: Annotated[int, typer.Option(help="Episodes run at once.")] = 8,
-    seed: Annotated[int, typer.Option(help="Episode k is reset with seed SEED+k.")] = 0,
-    max_turns: Annotated[int | None, typer.Option(
-        help="Passed to the env as max_turns=.")] = None,
-    out: Annotated[str | None, typer.Option(
-        help="Directory for episodes.jsonl and summary.json.")] = None,
-) -> None:
-    """Evaluate an agent on an environment: episodes run concurrently, then a summary table."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    from skyhub import evaluate
-    from skyhub.agents import load_agent
-    from skyhub.registry import spec
-
-    spec(env_id)  # an unknown id fails here, before the progress bar
-    env_kwargs = parse_kwargs(kwargs)
-    if max_turns is not None:
-        env_kwargs["max_turns"] = max_turns
-    try:
-        the_agent = load_agent(agent, seed=seed)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--agent") from None
-    console = _console()
-    columns = ("{task.description}", BarColumn(), MofNCompleteColumn(),
-               "reward {task.fields[mean]}", TimeElapsedColumn())
-    rewards: list[float] = []
-    with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task(f"{env_id} / {the_agent.name}", total=n, mean="-")
-
-        def tick(ep: Any) -> None:
-            rewards.append(ep.total_reward)
-            progress.update(bar, advance=1, mean=f"{sum(rewards) / len(rewards):.3f}")
-
-        summary, episodes = evaluate.run(env_id, the_agent, n=n, concurrency=concurrency,
-                                         seed=seed, env_kwargs=env_kwargs, on_episode=tick)
-    table = Table(title=f"{env_id}: {the_agent.name}", title_justify="left")
-    for col in ("episodes", "mean reward", "95% CI", "accuracy", "mean turns", "infra errors",
-                "seconds"):
-        table.add_column(col, justify="right")
-    lo, hi = summary.ci95
-    table.add_row(str(summary.n), f"{summary.mean_reward:.3f}", f"[{lo:.3f}, {hi:.3f}]",
-                  f"{summary.accuracy:.3f}", f"{summary.mean_turns:.2f}",
-                  str(summary.infra_errors), f"{summary.seconds:.1f}")
-    console.print(table)
-    if out is not None:
-        path = evaluate.write_run(out, summary, episodes)
-        console.print(f"wrote {path / 'episodes.jsonl'} and {path / 'summary.json'}")
-
-
 def _add_subcommands() -> None:
+    from skyhub.cli.bench_cmd import bench_cmd
     from skyhub.cli.data_cmds import data_app
+    from skyhub.cli.eval_cmds import eval_app
     from skyhub.cli.index_cmds import index_app
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
     from skyhub.cli.train_cmd import train_cmd
 
-    app.add_typer(sandbox_app, name="sandbox")
-    app.add_typer(images_app, name="images")
-    app.add_typer(data_app, name="data")
-    app.add_typer(index_app, name="index")
+    for name, sub in (("eval", eval_app), ("sandbox", sandbox_app), ("images", images_app),
+                      ("data", data_app), ("index", index_app)):
+        for command in sub.registered_commands:
+            command.callback = _friendly_errors(command.callback)
+        app.add_typer(sub, name=name)
     app.command("train")(_friendly_errors(train_cmd))
+    app.command("bench")(_friendly_errors(bench_cmd))
 
 
 _add_subcommands()

@@ -50,6 +50,8 @@ def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
     return _MODES[key]
 
 
+_WAKE = ("wake",)  # the item `wake()` puts on the results queue
+
 #: An env whose steps have taken less than this (on average, after `_INLINE_SAMPLES` steps)
 #: is stepped inline by the calling thread: a thread hop costs 25-250 us here (two wake-ups
 #: on a busy 2-core VM), and a step this short is mostly Python holding the GIL, so threads
@@ -67,6 +69,7 @@ class _Slot:
     needs_reset: bool = True
     step_time: float = 0.0  # exponential moving average of step durations
     steps_seen: int = 0
+    reset_time: float = 1.0  # the last reset's duration (slow until one is measured)
 
     def observe(self, duration: float) -> None:
         """Moving average of step durations: one step 5x over the threshold is enough to
@@ -78,6 +81,11 @@ class _Slot:
     @property
     def inline(self) -> bool:
         return self.steps_seen >= _INLINE_SAMPLES and self.step_time < _INLINE_BELOW_S
+
+    @property
+    def inline_reset(self) -> bool:
+        """Resets go inline too once the env's steps do and its last reset was as fast."""
+        return self.inline and self.reset_time < _INLINE_BELOW_S
 
 
 class VectorEnv(gymnasium.vector.VectorEnv):
@@ -215,15 +223,23 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         (at most the number in flight), then also takes every other result already there.
 
         Returns `(env_ids, obs, rewards, terminations, truncations, infos)`, in the order the
-        envs finished. With `timeout`, returns what is ready when it expires (maybe nothing).
+        envs finished. With `timeout`, returns what is ready when it expires (maybe nothing);
+        `wake()` from another thread also makes it return at once.
         """
         self._check_open()
         in_flight = sum(s.in_flight for s in self._slots)
         if in_flight == 0:
             raise UsageError("recv() with nothing in flight: call send() or async_reset() first")
-        results = self._collect(min(max(min_ready, 1), in_flight), timeout=timeout, drain=True)
+        results = self._collect(min(max(min_ready, 1), in_flight), timeout=timeout, drain=True,
+                                wakeable=True)
         ids = list(results)
         return self._arrays(ids, [results[i] for i in ids])
+
+    def wake(self) -> None:
+        """Make a `recv()` that is waiting (or the next one) return now, with whatever is
+        ready, maybe nothing. Thread-safe: for a loop that also waits on other work, e.g.
+        an eval harness whose model replies arrive on other threads."""
+        self._results.put(_WAKE)
 
     # ================================================================== other operations
     def call(self, name: str, *args: Any, env_ids: Iterable[int] | None = None,
@@ -290,14 +306,16 @@ class VectorEnv(gymnasium.vector.VectorEnv):
     def _dispatch(self, i: int, kind: str, payload: Any) -> None:
         slot = self._slots[i]
         slot.in_flight, slot.sent_at = True, time.monotonic()
-        if kind == "step" and self._inline_ok and slot.inline:
+        if self._inline_ok and (slot.inline if kind == "step" else
+                                kind == "reset" and slot.inline_reset):
             self._ready.append((i, slot.runner.generation, kind, slot.runner.run(kind, payload)))
         else:
             slot.runner.inbox.put((kind, payload, self._results))
 
-    def _collect(self, n: int, *, timeout: float | None = None,
-                 drain: bool = False) -> dict[int, Result]:
-        """Wait for `n` results (stale ones from abandoned runners are dropped)."""
+    def _collect(self, n: int, *, timeout: float | None = None, drain: bool = False,
+                 wakeable: bool = False) -> dict[int, Result]:
+        """Wait for `n` results (stale ones from abandoned runners are dropped); `wakeable`:
+        a `wake()` ends the wait early."""
         got: dict[int, Result] = {}
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(got) < n or drain:
@@ -319,17 +337,24 @@ class VectorEnv(gymnasium.vector.VectorEnv):
                     if deadline is not None and time.monotonic() >= deadline:
                         break
                     continue
-            i, generation, _kind, result = item
+            if item is _WAKE:
+                if wakeable:
+                    drain = True
+                    n = 0  # return what there is, without waiting for more
+                continue
+            i, generation, kind, result = item
             slot = self._slots[i]
             if generation != slot.runner.generation or not slot.in_flight:
                 continue  # an abandoned runner answering late
-            got[i] = self._settle(slot, result)
+            got[i] = self._settle(slot, result, kind)
             self._last_obs[i] = result.obs
         return got
 
-    def _settle(self, slot: _Slot, r: Result) -> Result:
+    def _settle(self, slot: _Slot, r: Result, kind: str = "step") -> Result:
         slot.in_flight = False
-        if r.duration:
+        if r.duration and kind == "reset":
+            slot.reset_time = r.duration
+        elif r.duration:
             slot.observe(r.duration)
         ended = r.terminated or r.truncated
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
@@ -375,13 +400,19 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         busy = [i for i in ids if self._slots[i].in_flight]
         if busy:
             raise UsageError(f"envs {busy} have a step in flight: recv() them before call()")
-        reply: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        for i in ids:
-            self._slots[i].runner.inbox.put(("call", (name, args, kwargs), reply))
         values = {}
-        for _ in ids:
-            i, _g, _k, value = reply.get()
-            values[i] = value
+        if self._inline_ok and all(self._slots[i].inline for i in ids):
+            # envs whose steps run inline are safe to call inline too (same thread rules),
+            # and a call is usually cheaper than the thread hop (an eval's reference action)
+            for i in ids:
+                values[i] = self._slots[i].runner.run("call", (name, args, kwargs))
+        else:
+            reply: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            for i in ids:
+                self._slots[i].runner.inbox.put(("call", (name, args, kwargs), reply))
+            for _ in ids:
+                i, _g, _k, value = reply.get()
+                values[i] = value
         for i in ids:
             if isinstance(values[i], BaseException):
                 raise values[i]

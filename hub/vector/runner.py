@@ -69,7 +69,7 @@ class Runner:
             value: Any = self._execute(kind, payload)
         except BaseException as e:  # only "call"/"spawn" propagate exceptions to the caller
             return e
-        if kind == "step":
+        if kind in ("step", "reset"):
             value.duration = time.perf_counter() - t
         return value
 

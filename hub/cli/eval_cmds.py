@@ -1,0 +1,292 @@
+"""`skyhub eval`: benchmark an agent on an env, compare runs, run a suite, rebuild a report.
+
+    skyhub eval sql-spider --agent openai:my-model --base-url http://localhost:8000/v1
+    skyhub eval compare runs/eval/before runs/eval/after
+    skyhub eval suite skyrl-sql --agent hf:./checkpoint
+    skyhub eval report runs/eval/before
+
+`skyhub eval ENV_ID ...` is short for `skyhub eval run ENV_ID ...`: the group falls back to
+`run` when its first argument is not a subcommand, so the common case stays one word.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
+
+from skyhub.cli.kwargs import parse_kwargs
+from skyhub.errors import DataNotFound, UsageError
+
+
+class _RunByDefault(TyperGroup):
+    """A group whose first argument, when it names no subcommand, is the env id of `run`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+eval_app = typer.Typer(
+    cls=_RunByDefault, no_args_is_help=True,
+    help="Benchmark agents: `skyhub eval ENV_ID --agent AGENT` (short for `eval run`), "
+         "`eval compare`, `eval suite`, `eval report`.")
+
+KwargsArg = Annotated[list[str] | None, typer.Argument(
+    help="Env kwargs as key=value, e.g. data_dir=~/spider split=dev.", show_default=False)]
+AgentOpt = Annotated[str, typer.Option(
+    help="oracle (the env's reference solutions), nop, random, script:module:function, "
+         "openai:MODEL (any OpenAI-compatible server, with --base-url; key from "
+         "$OPENAI_API_KEY), hf:PATH (a local transformers model).")]
+BaseUrlOpt = Annotated[str | None, typer.Option(
+    help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (default "
+         "$OPENAI_BASE_URL, else OpenAI).")]
+ApiKeyOpt = Annotated[str | None, typer.Option(
+    help="API key (default $OPENAI_API_KEY; local servers need none).")]
+TemperatureOpt = Annotated[float | None, typer.Option(
+    help="Sampling temperature of model agents (default 0: greedy).")]
+MaxTokensOpt = Annotated[int | None, typer.Option(help="Max tokens per model reply.")]
+TimeoutOpt = Annotated[float | None, typer.Option(
+    help="Seconds per model request before it is retried.")]
+RetriesOpt = Annotated[int | None, typer.Option(
+    help="Retries of a failing model request (backoff; then the episode is an infra error).")]
+ConcurrencyOpt = Annotated[int, typer.Option(help="Episodes (and model requests) at once.")]
+SeedOpt = Annotated[int, typer.Option(help="Episode k is reset with seed SEED+k.")]
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _agent(spec: str, seed: int, **options: Any) -> Any:
+    from skyhub.agents import load_agent
+
+    try:
+        return load_agent(spec, seed=seed, **options)
+    except ValueError as e:
+        if isinstance(e, UsageError):
+            raise
+        raise typer.BadParameter(str(e), param_hint="--agent") from None
+
+
+def _default_out(env_id: str, agent: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", agent).strip("_")[:60]
+    return Path("runs") / "eval" / f"{env_id}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _summary_table(title: str, s: Any) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("episodes", "accuracy", "95% CI", "mean reward", "mean turns", "infra errors",
+                "seconds"):
+        table.add_column(col, justify="right")
+    lo, hi = s.ci95
+    n = f"{s.n}" if s.complete else f"{s.n} of {s.requested}"
+    table.add_row(n, f"{s.accuracy:.3f}", f"[{lo:.3f}, {hi:.3f}]", f"{s.mean_reward:.3f}",
+                  f"{s.mean_turns:.2f}", str(s.infra_errors), f"{s.seconds:.1f}")
+    return table
+
+
+def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int | None,
+                           concurrency: int, seed: int, env_kwargs: dict[str, Any],
+                           out: Path, resume: bool) -> Any:
+    """`evaluate.run` under a progress bar showing accuracy so far and infra errors."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from skyhub import evaluate
+
+    columns = ("{task.description}", BarColumn(), MofNCompleteColumn(),
+               "acc {task.fields[acc]}", "infra {task.fields[infra]}", TimeElapsedColumn())
+    seen = {"ok": 0, "scored": 0, "infra": 0}
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task(f"{env_id} / {agent.name}", total=n, acc="-", infra=0)
+
+        def tick(ep: Any) -> None:
+            if ep.infra_error:
+                seen["infra"] += 1
+            else:
+                seen["scored"] += 1
+                seen["ok"] += ep.outcome == "success"
+            acc = f"{seen['ok'] / seen['scored']:.3f}" if seen["scored"] else "-"
+            progress.update(bar, advance=1, acc=acc, infra=seen["infra"])
+
+        def total(todo: int) -> None:
+            progress.update(bar, total=todo)
+
+        summary, _ = evaluate.run(env_id, agent, n=n, concurrency=concurrency, seed=seed,
+                                  env_kwargs=env_kwargs, on_episode=tick, out=out,
+                                  resume=resume, on_plan=total)
+    return summary
+
+
+@eval_app.command("run")
+def run_cmd(
+    env_id: Annotated[str, typer.Argument(help="The env id, e.g. sql-spider.")],
+    kwargs: KwargsArg = None,
+    agent: AgentOpt = "oracle",
+    n: Annotated[int | None, typer.Option(
+        "--n", help="Episodes (default: every task of the env once).")] = None,
+    max_turns: Annotated[int | None, typer.Option(
+        help="Passed to the env as max_turns= (SkyRL-SQL's protocol uses 5).")] = None,
+    concurrency: ConcurrencyOpt = 8,
+    seed: SeedOpt = 0,
+    out: Annotated[Path | None, typer.Option(
+        help="Run directory: episodes.jsonl, summary.json, report.md/.html, plots/ (default "
+             "runs/eval/ENV-AGENT-TIME).")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue the run in --out: only missing episodes and infra errors "
+                         "are run.")] = False,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    timeout: TimeoutOpt = None,
+    max_retries: RetriesOpt = None,
+    report: Annotated[bool, typer.Option(help="Write report.md, report.html and plots.")] = True,
+) -> None:
+    """Evaluate an agent on an env: episodes run concurrently, each is saved as it finishes,
+    then a summary table and a report."""
+    from skyhub.registry import spec
+
+    spec(env_id)  # an unknown id fails here, before anything starts
+    if resume and out is None:
+        raise typer.BadParameter("--resume needs the --out directory of the run to continue",
+                                 param_hint="--resume")
+    env_kwargs = parse_kwargs(kwargs)
+    if max_turns is not None:
+        env_kwargs["max_turns"] = max_turns
+    the_agent = _agent(agent, seed, base_url=base_url, api_key=api_key,
+                       temperature=temperature, max_tokens=max_tokens, timeout=timeout,
+                       max_retries=max_retries)
+    out = out if out is not None else _default_out(env_id, the_agent.name)
+    console = _console()
+    try:
+        summary = evaluate_with_progress(env_id, the_agent, console=console, n=n,
+                                         concurrency=concurrency, seed=seed,
+                                         env_kwargs=env_kwargs, out=out, resume=resume)
+    except KeyboardInterrupt:
+        console.print(Text(f"interrupted: the finished episodes are in {out}/episodes.jsonl; "
+                           "continue with the same command and --resume "
+                           f"--out {out}", style="yellow"))
+        raise typer.Exit(130) from None
+    finally:
+        the_agent.close()
+    console.print(_summary_table(f"{env_id}: {the_agent.name}", summary))
+    console.print(f"episodes: {out / 'episodes.jsonl'}  summary: {out / 'summary.json'}")
+    if report:
+        _write_report(out, console)
+
+
+def _write_report(run_dir: Path, console: Console) -> None:
+    from skyhub.report import write_report
+
+    paths = write_report(run_dir)
+    console.print(f"report: {paths['markdown']} and {paths['html']}")
+
+
+@eval_app.command("report")
+def report_cmd(run_dir: Annotated[Path, typer.Argument(help="A run's --out directory.")]) -> None:
+    """Write (again) a run's report.md, report.html and plots from its episodes.jsonl."""
+    _write_report(run_dir, _console())
+
+
+@eval_app.command("compare")
+def compare_cmd(
+    runs: Annotated[list[Path], typer.Argument(
+        help="Run directories; the first is the baseline the others are compared with.")],
+    out: Annotated[Path | None, typer.Option(
+        help="Also write the comparison as Markdown (FILE.md) and JSON (FILE.json).")] = None,
+) -> None:
+    """Put runs side by side: accuracy with 95% CI, and for each run against the first the
+    paired difference with its bootstrap CI, McNemar's exact p and a sign-flip test p."""
+    import json
+
+    from skyhub.compare import compare_runs
+
+    if len(runs) < 2:
+        raise typer.BadParameter("give at least two run directories", param_hint="RUNS")
+    comparison = compare_runs(runs)
+    _console().print(comparison.to_rich_table())
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".md").write_text(comparison.to_markdown() + "\n")
+        out.with_suffix(".json").write_text(json.dumps(comparison.to_dict(), indent=2) + "\n")
+        _console().print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.json')}")
+
+
+@eval_app.command("suite")
+def suite_cmd(
+    name: Annotated[str | None, typer.Argument(help="The suite, e.g. skyrl-sql.")] = None,
+    agent: AgentOpt = "oracle",
+    n: Annotated[int | None, typer.Option(
+        "--n", help="Episodes per run (default: every task of each dataset).")] = None,
+    only: Annotated[list[str] | None, typer.Option(
+        help="Run only these columns (repeatable), e.g. --only Spider-Dev.")] = None,
+    concurrency: ConcurrencyOpt = 8,
+    seed: SeedOpt = 0,
+    out: Annotated[Path | None, typer.Option(
+        help="Directory for one run directory per column plus the suite report.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue each run in --out.")] = False,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    timeout: TimeoutOpt = None,
+    max_retries: RetriesOpt = None,
+    list_suites: Annotated[bool, typer.Option("--list", help="List the suites and exit.")] = False,
+) -> None:
+    """Run an evaluation suite (a paper's results table): every dataset under its protocol,
+    then a report with the published reference rows next to this agent's."""
+    from skyhub.report import write_suite_report
+    from skyhub.suites import get_suite
+    from skyhub.suites import list_suites as all_suites
+
+    console = _console()
+    if list_suites or name is None:
+        table = Table(title="evaluation suites", title_justify="left")
+        for col in ("name", "runs", "description"):
+            table.add_column(col)
+        for s in all_suites():
+            table.add_row(s.name, ", ".join(r.name for r in s.runs), Text(s.description))
+        console.print(table)
+        return
+    suite = get_suite(name)
+    runs = [suite.run(c) for c in only] if only else list(suite.runs)
+    the_agent = _agent(agent, seed, base_url=base_url, api_key=api_key,
+                       temperature=temperature, max_tokens=max_tokens, timeout=timeout,
+                       max_retries=max_retries)
+    out = out if out is not None else _default_out(suite.name, the_agent.name)
+    run_dirs: dict[str, Path | None] = {r.name: None for r in suite.runs}
+    try:
+        for r in runs:
+            kwargs = dict(r.kwargs)
+            if r.max_turns is not None:
+                kwargs["max_turns"] = r.max_turns
+            try:
+                summary = evaluate_with_progress(
+                    r.env_id, the_agent, console=console, n=n, concurrency=concurrency,
+                    seed=seed, env_kwargs=kwargs, out=out / r.name, resume=resume)
+            except DataNotFound as e:
+                console.print(Text(f"{r.name}: no data, skipped ({e})", style="yellow"))
+                continue
+            run_dirs[r.name] = out / r.name
+            console.print(_summary_table(f"{suite.name} / {r.name}: {the_agent.name}", summary))
+    except KeyboardInterrupt:
+        console.print(Text(f"interrupted: continue with the same command and --resume --out "
+                           f"{out}", style="yellow"))
+        raise typer.Exit(130) from None
+    finally:
+        the_agent.close()
+    for d in run_dirs.values():
+        if d is not None:
+            _write_report(d, console)
+    paths = write_suite_report(out, suite, run_dirs, label=the_agent.name)
+    console.print(f"suite report: {paths['markdown']} and {paths['html']}")

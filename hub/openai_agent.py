@@ -1,0 +1,273 @@
+"""`openai:MODEL`: an agent backed by any OpenAI-compatible chat-completions server.
+
+One HTTP client covers every model a user is likely to evaluate: OpenAI itself, a local
+`vllm serve MODEL` (`--base-url http://localhost:8000/v1`), SGLang, llama.cpp's server, LiteLLM
+and the other gateways that speak `POST {base_url}/chat/completions`. It uses only the standard
+library (`urllib.request`, `json`), so core skyhub gains no dependency and the agent works in
+the minimal install.
+
+`skyhub eval` calls `act` from one thread per running episode (`parallel = True`), so the
+agent keeps `--concurrency` requests in flight; every call opens its own connection and the
+shared state (statistics, the jitter generator) sits behind a lock.
+
+Failures are sorted by what the user can do about them:
+- transient (HTTP 408/409/429/5xx, refused or reset connections, timeouts, a body that is not
+  a chat completion) are retried `max_retries` times with exponential backoff and full jitter,
+  honouring the server's `Retry-After`; if every try fails the call raises `AgentError`, which
+  the harness records as an infra error of that episode, not as a wrong answer;
+- a missing or rejected key (401/403) or a wrong URL or model name (404) raise `UsageError` at
+  once: retrying cannot fix them and the message says what to change;
+- other client errors (400: the prompt exceeds the context window, a bad parameter...) raise
+  `AgentError` at once with the server's explanation.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from skyhub.agents import Agent, ReferenceFn, Reply
+from skyhub.chat import Message
+from skyhub.errors import AgentError, UsageError
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_RETRY_STATUSES = frozenset({408, 409, 429})
+_ERROR_TEXT_LIMIT = 500
+
+
+class _Transient(Exception):
+    """One failed attempt that is worth retrying; `wait` is the server's Retry-After."""
+
+    def __init__(self, message: str, wait: float | None = None) -> None:
+        super().__init__(message)
+        self.wait = wait
+
+
+class OpenAIAgent(Agent):
+    """A model behind an OpenAI-compatible `/chat/completions` endpoint.
+
+    `base_url` defaults to `$OPENAI_BASE_URL`, else the OpenAI API; `api_key` to
+    `$OPENAI_API_KEY` (no `Authorization` header is sent without one, as local vLLM or
+    SGLang servers need none). `temperature`, `max_tokens`, `top_p` and `stop` go into the
+    request when set, and `extra_body` is merged into it last (e.g. `{"top_k": 20}` for vLLM,
+    `{"seed": 1}` to pin the server's sampling). `timeout` bounds each request's connect and
+    each read, in seconds. `seed` seeds the retry jitter only: it is not sent, so that repeated
+    samples of one prompt stay independent.
+
+    `stats` counts HTTP `requests` made, `retries` and `failures` (calls that raised).
+    """
+
+    parallel = True
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 temperature: float = 0.0, max_tokens: int | None = None,
+                 top_p: float | None = None, stop: list[str] | None = None,
+                 timeout: float = 120.0, max_retries: int = 6, backoff_s: float = 1.0,
+                 max_backoff_s: float = 60.0, seed: int = 0,
+                 extra_body: dict[str, Any] | None = None) -> None:
+        if not model:
+            raise UsageError("openai agent: empty model name; write openai:MODEL, "
+                             "e.g. openai:gpt-4o-mini or the name `vllm serve` was given")
+        if max_retries < 0:
+            raise UsageError(f"openai:{model}: max_retries must be >= 0, not {max_retries}")
+        if timeout <= 0:
+            raise UsageError(f"openai:{model}: timeout must be > 0 seconds, not {timeout}")
+        self.model = model
+        self.name = f"openai:{model}"
+        base = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
+        base = base.rstrip("/")
+        if base.endswith("/chat/completions"):  # the full endpoint was given: accept it
+            base = base[: -len("/chat/completions")]
+        self.base_url = base
+        self.url = f"{base}/chat/completions"
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.api_key = key or None
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.top_p = top_p
+        self.stop = list(stop) if stop is not None else None
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self.extra_body = dict(extra_body or {})
+        self.stats: dict[str, int] = {"requests": 0, "retries": 0, "failures": 0}
+        self._lock = threading.Lock()
+        self._rng = random.Random(seed)
+        self._opener = urllib.request.build_opener()
+
+    # -- public -------------------------------------------------------------------------
+
+    def act(self, messages: list[Message], reference: ReferenceFn) -> Reply:
+        data = json.dumps(self._body(messages)).encode()
+        last = "no attempt made"
+        attempts = 0
+        for attempt in range(self.max_retries + 1):
+            attempts += 1
+            self._count("requests")
+            try:
+                return self._post(data)
+            except _Transient as e:
+                last = str(e)
+                if attempt == self.max_retries:
+                    break
+                self._count("retries")
+                time.sleep(self._delay(attempt, e.wait))
+            except Exception:
+                self._count("failures")
+                raise
+        self._count("failures")
+        raise AgentError(f"{self.name}: POST {self.url} failed after {attempts} attempt"
+                         f"{'s' if attempts != 1 else ''} ({attempts - 1} retries); last error: "
+                         f"{last}. Check that the server is up and not overloaded, or raise "
+                         "--timeout / lower --concurrency.")
+
+    def close(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"<OpenAIAgent {self.name} at {self.base_url}>"
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _body(self, messages: list[Message]) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": list(messages),
+                                "temperature": self.temperature}
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        if self.top_p is not None:
+            body["top_p"] = self.top_p
+        if self.stop is not None:
+            body["stop"] = self.stop
+        body.update(self.extra_body)
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json",
+                   "User-Agent": "skyhub-openai-agent"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.stats[key] += 1
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_backoff_s)
+        cap = min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
+        with self._lock:
+            return self._rng.uniform(0.0, cap)
+
+    def _post(self, data: bytes) -> Reply:
+        req = urllib.request.Request(self.url, data=data, headers=self._headers(), method="POST")
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            raise self._http_error(e) from None
+        except urllib.error.URLError as e:
+            reason = e.reason
+            if isinstance(reason, TimeoutError):
+                raise _Transient(f"timed out after {self.timeout:g} s (connecting)") from None
+            if isinstance(reason, OSError | str):
+                raise _Transient(f"connection error: {reason}") from None
+            raise _Transient(f"connection error: {e}") from None
+        except TimeoutError:
+            raise _Transient(f"timed out after {self.timeout:g} s (waiting for the reply)") \
+                from None
+        except (ConnectionError, http.client.HTTPException, OSError) as e:
+            raise _Transient(f"connection error: {type(e).__name__}: {e}") from None
+        return self._parse(raw)
+
+    def _parse(self, raw: bytes) -> Reply:
+        try:
+            payload = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise _Transient(f"malformed JSON in the reply: {_snippet(raw)}") from None
+        if not isinstance(payload, dict):
+            raise _Transient(f"the reply is not a JSON object: {_snippet(raw)}")
+        choices = payload.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise _Transient(f"no choices in the reply: {_snippet(raw)}")
+        message = choices[0].get("message")
+        if not isinstance(message, dict):
+            raise _Transient(f"no message in the reply's first choice: {_snippet(raw)}")
+        content = message.get("content")
+        text = content if isinstance(content, str) else ""
+        usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+        return Reply(text=text, prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+                     completion_tokens=_int_or_none(usage.get("completion_tokens")))
+
+    def _http_error(self, e: urllib.error.HTTPError) -> Exception:
+        status = e.code
+        try:
+            detail = _error_text(e.read())
+        except Exception:
+            detail = ""
+        finally:
+            e.close()
+        what = f"HTTP {status}" + (f": {detail}" if detail else "")
+        if status in (401, 403):
+            return UsageError(
+                f"{self.name}: {self.url} refused the request ({what}). Set OPENAI_API_KEY or "
+                "pass --api-key with a key this server accepts.")
+        if status == 404:
+            return UsageError(
+                f"{self.name}: {self.url} or model {self.model!r} was not found ({what}). Check "
+                "--base-url (it should end in /v1, e.g. http://localhost:8000/v1) and the model "
+                f"name (GET {self.base_url}/models lists the models the server serves).")
+        if status in _RETRY_STATUSES or status >= 500:
+            wait = None
+            if status in (429, 503):
+                wait = _retry_after(e.headers.get("Retry-After") if e.headers else None)
+            return _Transient(what, wait)
+        return AgentError(f"{self.name}: POST {self.url} was rejected ({what}); not retried.")
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None  # an HTTP date: rare from model servers, fall back to our own backoff
+    return seconds if seconds >= 0 else None
+
+
+def _error_text(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        err = payload.get("error", payload.get("detail", payload.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if err is not None:
+            text = err if isinstance(err, str) else json.dumps(err)
+    return _truncate(" ".join(text.split()), _ERROR_TEXT_LIMIT)
+
+
+def _snippet(raw: bytes) -> str:
+    return _truncate(repr(raw[:200].decode("utf-8", "replace")), 200)
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+__all__ = ["OpenAIAgent"]
