@@ -573,9 +573,12 @@ def write_suite_report(out_dir: str | Path, suite: Suite, run_dirs: dict[str, Pa
                         h["scored"], _fmt(h["accuracy"]), _fmt_ci(h["ci95"]),
                         h["infra_errors"]])
         kwargs = run.get("env_kwargs")
-        if isinstance(kwargs, dict) and kwargs != dict(spec.kwargs):
+        expected = dict(spec.kwargs)
+        if spec.max_turns is not None:  # the suite passes its turn budget as an env kwarg
+            expected["max_turns"] = spec.max_turns
+        if isinstance(kwargs, dict) and kwargs != expected:
             notes.append(f"{spec.name}: ran with env_kwargs {json.dumps(kwargs, sort_keys=True)}"
-                         f" (the suite's: {json.dumps(dict(spec.kwargs), sort_keys=True)})")
+                         f" (the suite's: {json.dumps(expected, sort_keys=True)})")
         requested = _num(run.get("n"))
         if requested is not None and h["episodes"] < requested:
             notes.append(f"{spec.name}: incomplete, {h['episodes']} of {int(requested)} "
@@ -637,7 +640,7 @@ def plot_suite(plt: Any, suite: Suite, ours: dict[str, dict[str, Any]], label: s
         highs.append(0.0 if acc is None or hi is None else 100 * max(0.0, hi - acc))
     series.append((label, vals, [lows, highs]))
     width = 0.8 / max(1, len(series))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(names) + 3), 4.0))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(names) + 5), 4.0))
     for i, (name, heights, err) in enumerate(series):
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(names))]
         keep = [j for j, v in enumerate(heights) if v is not None]
@@ -654,7 +657,8 @@ def plot_suite(plt: Any, suite: Suite, ours: dict[str, dict[str, Any]], label: s
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel("accuracy %")
     ax.set_title(f"{suite.name}")
-    ax.legend(fontsize=8)
+    # beside the axes, never over the bars (they reach the top when a run scores ~100%)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(png, dpi=110)

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The Quickstart's main job: set up, then train. GRPO takes a randomly initialised model (with a
-# tokenizer trained on the env's own text: nothing is downloaded) from chance to >= 0.9 on
-# toy-recall in a few minutes on a CPU. Metrics, curves.png, TensorBoard logs and checkpoints
-# go to runs/tiny-cpu/.
+# The Quickstart's main job: set up, train, then benchmark what was trained. GRPO takes a
+# randomly initialised model (with a tokenizer trained on the env's own text: nothing is
+# downloaded) from chance to >= 0.9 on toy-recall in a few minutes on a CPU. Metrics,
+# curves.png, TensorBoard logs and checkpoints go to runs/tiny-cpu/; then `skyhub eval` runs
+# the final checkpoint on 100 held-out tasks and writes its report to runs/tiny-cpu/eval/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/skyhub train --recipe tiny-cpu --out runs/tiny-cpu "$@"
+.venv/bin/skyhub train --recipe tiny-cpu --out runs/tiny-cpu "$@"
+rm -rf runs/tiny-cpu/eval
+exec .venv/bin/skyhub eval toy-recall n_tasks=100 seed=99 n_words=6 --agent hf:runs/tiny-cpu \
+  --max-tokens 1 --out runs/tiny-cpu/eval

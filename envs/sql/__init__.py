@@ -4,10 +4,13 @@
     env = skyhub.make("sql-spider", data_dir="~/data/spider", split="train")
     env = skyhub.make("sql-synth", difficulty="medium")   # generated, offline, endless
 
-Registration only: nothing heavy is imported until an env is made.
+Registration only: nothing heavy is imported until an env is made. The family's evaluation
+suite (`skyrl-sql`, SkyRL-SQL's Spider table: envs/sql/suites.py) registers here too.
 """
 
 from skyhub.registry import register
+
+from .suites import register as _register_suites  # dataclasses only
 
 _EP = "skyhub.envs.sql.env:SQLEnv"
 _TAGS = ("sql", "multi-turn", "tool-use")
@@ -23,3 +26,5 @@ register("sql-skyrl653", _EP, kwargs={"dataset": "skyrl653", "split": "train"}, 
 register("sql-synth", _EP, kwargs={"dataset": "synth", "split": "train"},
          tags=(*_TAGS, "offline", "synthetic"),
          description="Generated databases, questions and gold SQL: endless, no download.")
+
+_register_suites()

@@ -107,7 +107,11 @@ def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int 
                "acc {task.fields[acc]}", "infra {task.fields[infra]}", TimeElapsedColumn())
     seen = {"ok": 0, "scored": 0, "infra": 0}
     with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task(f"{env_id} / {agent.name}", total=n, acc="-", infra=0)
+        bars: list[Any] = []  # the bar appears once the envs exist and the plan is known
+
+        def total(todo: int) -> None:
+            bars.append(progress.add_task(f"{env_id} / {agent.name}", total=todo, acc="-",
+                                          infra=0))
 
         def tick(ep: Any) -> None:
             if ep.infra_error:
@@ -116,10 +120,7 @@ def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int 
                 seen["scored"] += 1
                 seen["ok"] += ep.outcome == "success"
             acc = f"{seen['ok'] / seen['scored']:.3f}" if seen["scored"] else "-"
-            progress.update(bar, advance=1, acc=acc, infra=seen["infra"])
-
-        def total(todo: int) -> None:
-            progress.update(bar, total=todo)
+            progress.update(bars[0], advance=1, acc=acc, infra=seen["infra"])
 
         summary, _ = evaluate.run(env_id, agent, n=n, concurrency=concurrency, seed=seed,
                                   env_kwargs=env_kwargs, on_episode=tick, out=out,

@@ -265,3 +265,18 @@ def test_suite_report_reference_rows_and_no_data(tmp_path: Path) -> None:
     assert "<td>no data</td>" in page and "<td>Model-A</td>" in page
     png = paths["plots"][0]
     assert png.name == "suite.png" and png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_suite_turn_budget_is_not_reported_as_a_changed_kwarg(tmp_path: Path) -> None:
+    suite = Suite(name="turns", description="d",
+                  runs=(SuiteRun("Dev", "toy-x", kwargs={"split": "dev"}, max_turns=5),))
+    run = write_run(tmp_path / "dev", [rec(0)],
+                    run={"env_id": "toy-x", "env_kwargs": {"split": "dev", "max_turns": 5}})
+    md = write_suite_report(tmp_path / "suite", suite, {"Dev": run},
+                            label="m")["markdown"].read_text()
+    assert "ran with env_kwargs" not in md
+    other = write_run(tmp_path / "dev3", [rec(0)],
+                      run={"env_id": "toy-x", "env_kwargs": {"split": "dev", "max_turns": 3}})
+    md = write_suite_report(tmp_path / "suite3", suite, {"Dev": other},
+                            label="m")["markdown"].read_text()
+    assert '"max_turns": 3' in md

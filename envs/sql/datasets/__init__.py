@@ -42,7 +42,7 @@ def default_dir(name: str, data_dir: str | Path | None) -> Path | None:
     return None
 
 
-def load(name: str, **kwargs: Any) -> SQLDataset:
+def load(name: str, /, **kwargs: Any) -> SQLDataset:
     try:
         target = LOADERS[name]
     except KeyError:
