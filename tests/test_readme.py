@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -75,3 +76,38 @@ def test_training_commands_run(tmp_path: Path) -> None:
     assert (tmp_path / "runs/tiny-cpu/metrics.jsonl").is_file()
     steps = (tmp_path / "runs/try2/metrics.jsonl").read_text().splitlines()
     assert len(steps) == 2  # the resumed run added its step after the first run's
+
+
+def test_eval_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Evaluating section's commands, against a scripted OpenAI-compatible server (for
+    `openai:`) and a random tiny model saved as a training run (for `hf:`)."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).parent / "support"))
+    from openai_server import ScriptedOpenAIServer
+
+    from skyhub.trainer.tiny import env_corpus, tiny_model, train_tokenizer
+
+    tok = train_tokenizer(env_corpus("toy-recall", {"n_words": 6}, episodes=16))
+    tok.save_pretrained(tmp_path / "runs/tiny-cpu/tokenizer")
+    for step in (50, 120):
+        tiny_model(len(tok), seed=step).save_pretrained(
+            tmp_path / f"runs/tiny-cpu/checkpoints/step_{step:06d}/model")
+    block = re.search(r"## Evaluating agents.*?```bash\n(.*?)```", TEXT, re.S)
+    assert block is not None
+    skyhub = Path(sys.executable).parent / "skyhub"
+    with ScriptedOpenAIServer(lambda messages: "<answer>0</answer>", fail_first=1) as server:
+        for line in block.group(1).splitlines():
+            cmd = shlex.split(line.split("#")[0].replace("http://localhost:8000/v1",
+                                                         server.base_url))
+            if not cmd:
+                continue
+            extra = ["--n", "12"] if "openai:" in line else []
+            r = subprocess.run([str(skyhub), *cmd[1:], *extra], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300,
+                               env={**os.environ, "COLUMNS": "120",
+                                    "NO_PROXY": "127.0.0.1,localhost"})
+            assert r.returncode == 0, f"{line}\n{r.stdout}\n{r.stderr[-3000:]}"
+    runs = tmp_path / "runs/eval"
+    assert (runs / "qwen/report.html").is_file() and (runs / "tiny-vs-50.md").is_file()
+    assert json.loads((runs / "spider-oracle/summary.json").read_text())["accuracy"] >= 0.99
+    assert "SkyRL-SQL-7B" in (runs / "skyrl-sql/report.md").read_text()
