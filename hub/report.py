@@ -391,6 +391,11 @@ def plot_slices(plt: Any, records: Sequence[dict[str, Any]], key: str, png: Path
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("accuracy (95% CI)")
     ax.set_title(f"accuracy by {key}")
+    return _save(plt, fig, ax, png)
+
+
+def _save(plt: Any, fig: Any, ax: Any, png: Path) -> Path:
+    """What every plot ends with: a light grid, a tight layout, the PNG written."""
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
@@ -415,11 +420,7 @@ def plot_turns(plt: Any, records: Sequence[dict[str, Any]], png: Path) -> Path:
     ax.set_xticks(xs)
     ax.set_title("turns used")
     ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return _save(plt, fig, ax, png)
 
 
 def plot_rewards(plt: Any, records: Sequence[dict[str, Any]], png: Path) -> Path:
@@ -434,11 +435,7 @@ def plot_rewards(plt: Any, records: Sequence[dict[str, Any]], png: Path) -> Path
     ax.set_xlabel("episode reward (non-infra episodes)")
     ax.set_ylabel("episodes")
     ax.set_title("reward distribution")
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return _save(plt, fig, ax, png)
 
 
 def _plot_key(records: Sequence[dict[str, Any]]) -> str | None:
@@ -659,11 +656,7 @@ def plot_suite(plt: Any, suite: Suite, ours: dict[str, dict[str, Any]], label: s
     ax.set_title(f"{suite.name}")
     # beside the axes, never over the bars (they reach the top when a run scores ~100%)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return _save(plt, fig, ax, png)
 
 
 __all__ = ["error_taxonomy", "headline", "slice_table", "write_report", "write_suite_report"]
