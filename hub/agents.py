@@ -57,6 +57,12 @@ class Agent(abc.ABC):
     @abc.abstractmethod
     def act(self, messages: list[Message], reference: ReferenceFn) -> str | Reply: ...
 
+    def use_stop_strings(self, stop: tuple[str, ...]) -> None:
+        """The env's stop strings (`</sql>`, `</answer>`...), given before the first `act`.
+        A model agent ends its turn there, as the trainer's rollout does, and keeps the stop
+        string in its action (the env parses `<sql>...</sql>`). Others ignore them."""
+        return None
+
     def close(self) -> None:
         """Release what the agent holds (a model, a connection pool); idempotent."""
         return None

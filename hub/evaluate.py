@@ -217,6 +217,7 @@ class _EvalLoop:
                  finished: Callable[[EvalEpisode], None]) -> None:
         self.venv, self.tasks, self.agent = venv, tasks, agent
         self.prompts = venv.get_attr("system_prompt")
+        agent.use_stop_strings(tuple(venv.get_attr("stop_strings", env_ids=[0])[0] or ()))
         self.seed, self.max_steps, self.finished = seed, max_steps, finished
         self.replies: queue.SimpleQueue[tuple[int, Any, float]] = queue.SimpleQueue()
         self.running: dict[int, EvalEpisode] = {}  # env slot -> its episode

@@ -93,6 +93,7 @@ class OpenAIAgent(Agent):
         self.max_tokens = max_tokens
         self.top_p = top_p
         self.stop = list(stop) if stop is not None else None
+        self._env_stop: tuple[str, ...] = ()  # the env's stop strings, when they are used
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.backoff_s = float(backoff_s)
@@ -203,9 +204,33 @@ class OpenAIAgent(Agent):
             raise _Transient(f"no message in the reply's first choice: {_snippet(raw)}")
         content = message.get("content")
         text = content if isinstance(content, str) else ""
+        if choices[0].get("finish_reason") == "stop":
+            text = self._with_stop_string(text, choices[0].get("stop_reason"))
         usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
         return Reply(text=text, prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
                      completion_tokens=_int_or_none(usage.get("completion_tokens")))
+
+    def use_stop_strings(self, stop: tuple[str, ...]) -> None:
+        """Stop at the env's stop strings unless `stop=` was given. OpenAI allows 4."""
+        if self.stop is None and stop:
+            self.stop = list(stop)[:4]
+            self._env_stop = tuple(self.stop)
+
+    def _with_stop_string(self, text: str, stop_reason: Any) -> str:
+        """Servers leave the stop string out of the text; the env needs it back
+        (`<sql>SELECT 1` is no query, `<sql>SELECT 1</sql>` is). vLLM says which one matched
+        (`stop_reason`); otherwise a closing tag whose opening tag is left open is restored."""
+        stops = self._env_stop
+        if not stops:
+            return text
+        if isinstance(stop_reason, str):
+            return text + stop_reason if stop_reason in stops else text
+        for s in stops:
+            if s.startswith("</") and s.endswith(">"):
+                opener = "<" + s[2:]
+                if text.rfind(opener) > text.rfind(s):
+                    return text + s
+        return text
 
     def _http_error(self, e: urllib.error.HTTPError) -> Exception:
         status = e.code

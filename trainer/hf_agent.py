@@ -83,6 +83,12 @@ class HFAgent(Agent):
         self._worker.start()
         self._lock = threading.Lock()
 
+    def use_stop_strings(self, stop: tuple[str, ...]) -> None:
+        """End a turn at the env's stop strings too (kept in the text, as in training)."""
+        from dataclasses import replace
+
+        self.params = replace(self.params, stop=tuple(stop))
+
     def act(self, messages: list[Message], reference: Any) -> Reply:
         ids = self.tokenizer.apply_chat_template(messages, tokenize=True,
                                                  add_generation_prompt=True)

@@ -233,3 +233,18 @@ def test_concurrent_calls_get_their_own_answers() -> None:
         assert server.max_in_flight > 1
         assert server.count(500) == 16 and server.count(200) == 16
         assert agent.stats == {"requests": 32, "retries": 16, "failures": 0}
+
+
+def test_env_stop_strings_are_sent_and_restored_in_the_action() -> None:
+    agent = OpenAIAgent("m", base_url="http://127.0.0.1:9/v1")
+    agent.use_stop_strings(("</sql>", "</solution>"))
+    assert agent._body([{"role": "user", "content": "q"}])["stop"] == ["</sql>", "</solution>"]
+    # vLLM names the stop string that matched; other servers only say "stop"
+    assert agent._with_stop_string("<sql>SELECT 1", "</sql>") == "<sql>SELECT 1</sql>"
+    assert agent._with_stop_string("<sql>SELECT 1", None) == "<sql>SELECT 1</sql>"
+    assert agent._with_stop_string("<sql>a</sql> <solution>b", None) == (
+        "<sql>a</sql> <solution>b</solution>")
+    assert agent._with_stop_string("no tags here", None) == "no tags here"
+    given = OpenAIAgent("m", base_url="http://127.0.0.1:9/v1", stop=["END"])
+    given.use_stop_strings(("</sql>",))
+    assert given.stop == ["END"] and given._with_stop_string("<sql>x", None) == "<sql>x"

@@ -80,3 +80,20 @@ def test_eval_command_with_an_hf_model(model_dir: Path, tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
     assert len(lines) == 4 and all(x["tokens"]["completion"] for x in lines)
     assert json.loads((out / "run.json").read_text())["agent"] == f"hf:{model_dir}"
+
+
+def test_hf_agent_ends_turns_at_the_envs_stop_strings(model_dir: Path) -> None:
+    agent = load_agent(f"hf:{model_dir}", max_tokens=8)
+    seen = []
+    generate = agent.engine.generate
+
+    def spy(prompts, params, seeds=None):
+        seen.append(params.stop)
+        return generate(prompts, params, seeds)
+
+    agent.engine.generate = spy
+    try:
+        evaluate.run("toy-lookup", agent, n=2, concurrency=2)
+    finally:
+        agent.close()
+    assert seen and all(stop == ("</lookup>", "</answer>") for stop in seen)
