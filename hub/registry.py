@@ -16,7 +16,7 @@ import threading
 import types
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gymnasium.envs.registration import EnvSpec as _GymEnvSpec
@@ -47,6 +47,9 @@ class EnvSpec(_GymEnvSpec):
     tags: tuple[str, ...] = ()
     #: Where the registration came from: a module name or `plugin:<distribution>`.
     source: str = ""
+    #: What one instance needs where it is placed (`make_vec(executor="ray")` asks Ray for
+    #: it): `num_cpus`, `num_gpus`, `memory` (bytes), custom resources. Empty: the default.
+    resources: dict[str, Any] = field(default_factory=dict)
 
     def make(self, **kwargs: Any) -> TextEnv:
         """Create the env with the registered kwargs updated by `kwargs`."""
@@ -66,12 +69,15 @@ _plugin_errors: dict[str, str] = {}
 def register(env_id: str, entry_point: str | Callable[..., TextEnv], *,
              kwargs: dict[str, Any] | None = None, description: str = "",
              tags: Iterable[str] = (), override: bool = False,
-             nondeterministic: bool = False) -> EnvSpec:
+             nondeterministic: bool = False,
+             resources: dict[str, Any] | None = None) -> EnvSpec:
     """Register an env so that `skyhub.make(env_id)` creates it.
 
     `entry_point` is `"module:attr"` (imported only when the env is made) or a callable
     returning a `TextEnv`; `kwargs` are defaults that `make(env_id, **kw)` overrides.
     Registering an id that exists raises `RegistrationError` unless `override=True`.
+    `resources` is what one instance needs when an executor places it (Ray): e.g.
+    `{"num_cpus": 1, "memory": 2**30}`.
     """
     if not isinstance(env_id, str) or not _ID_RE.match(env_id):
         raise RegistrationError(f"invalid env id {env_id!r}: use letters, digits and '-', like "
@@ -86,7 +92,8 @@ def register(env_id: str, entry_point: str | Callable[..., TextEnv], *,
     try:
         new = EnvSpec(id=env_id, entry_point=entry_point, kwargs=dict(kwargs or {}),
                       nondeterministic=nondeterministic, description=description,
-                      tags=tuple(tags), source=_caller_module())
+                      tags=tuple(tags), source=_caller_module(),
+                      resources=dict(resources or {}))
     except GymnasiumError as e:  # ids gymnasium cannot parse, e.g. 'a/b/c'
         raise RegistrationError(f"invalid env id {env_id!r}: {e}") from None
     with _lock:
@@ -121,8 +128,19 @@ def spec(env_id: str) -> EnvSpec:
         env_id=str(env_id), suggestions=close)
 
 
-def make(env_id: str, **kwargs: Any) -> TextEnv:
-    """Create the env registered as `env_id`; `kwargs` override the registered defaults."""
+def make(env_id: str, *, remote: str | None = None, token: str | None = None,
+         **kwargs: Any) -> TextEnv:
+    """Create the env registered as `env_id`; `kwargs` override the registered defaults.
+
+    With `remote="ws://host:port"` the env runs on a `skyhub serve` server instead and this
+    returns a `TextEnv` client for it (extra `serve`); `kwargs` go to the server's
+    constructor, `token` (default `$SKYHUB_TOKEN`) authenticates. The id need not be
+    registered here.
+    """
+    if remote is not None:
+        from skyhub.remote.client import make_remote
+
+        return make_remote(env_id, remote, token=token, **kwargs)
     return spec(env_id).make(**kwargs)
 
 

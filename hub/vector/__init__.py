@@ -36,24 +36,44 @@ class EnvFactory:
         return f"EnvFactory({self.spec.id!r}, {self.kwargs!r})"
 
 
+class RemoteFactory:
+    """A picklable `env_fn` for an env served by `skyhub serve` (one session per env)."""
+
+    def __init__(self, env_id: str, url: str, token: str | None,
+                 kwargs: dict[str, Any]) -> None:
+        self.env_id, self.url, self.token, self.kwargs = env_id, url, token, kwargs
+
+    def __call__(self) -> TextEnv:
+        from skyhub.remote.client import make_remote
+
+        return make_remote(self.env_id, self.url, token=self.token, **self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"RemoteFactory({self.env_id!r}, {self.url!r}, {self.kwargs!r})"
+
+
 def make_vec(env_id: str, num_envs: int, *, executor: str | Executor = "threads",
              autoreset_mode: str | AutoresetMode = "next_step",
              step_timeout: float | None = None, inline_fast_steps: bool = True,
-             info_format: str = "list", **kwargs: Any) -> VectorEnv:
+             info_format: str = "list", remote: str | None = None, token: str | None = None,
+             **kwargs: Any) -> VectorEnv:
     """`num_envs` copies of `env_id` (made with `kwargs`) behind one `VectorEnv`.
 
     See `VectorEnv` for `executor`, `autoreset_mode`, `step_timeout`, `inline_fast_steps` and
-    `info_format`.
+    `info_format`. With `remote="ws://host:port"` each env is a session on a `skyhub serve`
+    server (as in `skyhub.make`).
     """
     from skyhub.registry import spec
 
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    factory = EnvFactory(spec(env_id), kwargs)
+    factory: Any = (RemoteFactory(env_id, remote, token, kwargs) if remote is not None
+                    else EnvFactory(spec(env_id), kwargs))
     return VectorEnv([factory] * num_envs, executor=executor, autoreset_mode=autoreset_mode,
                      step_timeout=step_timeout, inline_fast_steps=inline_fast_steps,
                      info_format=info_format)  # type: ignore[arg-type]
 
 
-__all__ = ["EnvFactory", "EnvWorker", "Executor", "ProcessExecutor", "ThreadExecutor",
-           "VectorEnv", "WorkerDied", "get_executor", "infra_error_info", "make_vec"]
+__all__ = ["EnvFactory", "EnvWorker", "Executor", "ProcessExecutor", "RemoteFactory",
+           "ThreadExecutor", "VectorEnv", "WorkerDied", "get_executor", "infra_error_info",
+           "make_vec"]
