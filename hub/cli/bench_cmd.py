@@ -36,8 +36,10 @@ def bench_cmd(
     table_only: Annotated[bool, typer.Option(
         "--table-only", help="Only regenerate the README table from the results.")] = False,
 ) -> None:
-    """Run the benchmarks (each against its baseline, results in benchmarks/results/*.json
-    with machine info), then regenerate the README's performance table."""
+    """Run the benchmarks, then regenerate the README's performance table.
+
+    Each runs against its baseline in its own process and writes benchmarks/results/NAME.json
+    with machine info; one whose needs (Docker, a GPU) are missing here is skipped."""
     args = [*(names or []), *(["--list"] if list_ else []),
             *(["--table-only"] if table_only else [])]
     rc = subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=find_repo()).returncode

@@ -153,8 +153,9 @@ def run_cmd(
     max_retries: RetriesOpt = None,
     report: Annotated[bool, typer.Option(help="Write report.md, report.html and plots.")] = True,
 ) -> None:
-    """Evaluate an agent on an env: episodes run concurrently, each is saved as it finishes,
-    then a summary table and a report."""
+    """Evaluate an agent on an env (episodes concurrently), then a table and a report.
+
+    Each episode is saved as it finishes: after Ctrl-C or a crash, --resume continues."""
     from skyhub.registry import spec
 
     spec(env_id)  # an unknown id fails here, before anything starts
@@ -206,8 +207,10 @@ def compare_cmd(
     out: Annotated[Path | None, typer.Option(
         help="Also write the comparison as Markdown (FILE.md) and JSON (FILE.json).")] = None,
 ) -> None:
-    """Put runs side by side: accuracy with 95% CI, and for each run against the first the
-    paired difference with its bootstrap CI, McNemar's exact p and a sign-flip test p."""
+    """Compare runs side by side, with paired significance against the first.
+
+    Accuracy with 95% CI per run; for each run against the first, the paired difference with
+    its bootstrap CI, McNemar's exact p and a sign-flip test p."""
     import json
 
     from skyhub.compare import compare_runs
@@ -244,8 +247,10 @@ def suite_cmd(
     max_retries: RetriesOpt = None,
     list_suites: Annotated[bool, typer.Option("--list", help="List the suites and exit.")] = False,
 ) -> None:
-    """Run an evaluation suite (a paper's results table): every dataset under its protocol,
-    then a report with the published reference rows next to this agent's."""
+    """Run an evaluation suite: a paper's results table, next to its published rows.
+
+    Every dataset of the suite under its protocol (e.g. skyrl-sql: 5 turns on five Spider
+    variants); datasets not downloaded show "no data" with the command that gets them."""
     from skyhub.report import write_suite_report
     from skyhub.suites import get_suite
     from skyhub.suites import list_suites as all_suites
