@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import math
 import queue
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -229,7 +229,7 @@ class _EvalLoop:
     def run(self, todo: list[int]) -> None:
         width = min(self.venv.num_envs, len(todo))
         queue_ = list(reversed(todo))
-        pool = ThreadPoolExecutor(width, "skyhub-agent") if self.agent.parallel else None
+        pool = _DaemonPool(width) if self.agent.parallel else None
         for slot in range(width):
             self._start(slot, queue_.pop())
         in_env, remaining = width, len(todo)  # envs with a reset/step in flight; episodes left
@@ -263,7 +263,7 @@ class _EvalLoop:
                     remaining -= int(self.running.get(i) is not ep)
         finally:
             if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+                pool.shutdown()
 
     # ------------------------------------------------------------------ episodes
     def _start(self, slot: int, k: int) -> None:
@@ -342,6 +342,36 @@ class _EvalLoop:
         self.action[i] = ep.count(reply)
         self.venv.send([self.action[i]], [i])
         return 1
+
+
+class _DaemonPool:
+    """Threads for agent calls. Daemon threads, unlike ThreadPoolExecutor's: after Ctrl-C the
+    process exits at once instead of waiting out the model requests still in flight."""
+
+    def __init__(self, size: int) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue())
+        self.threads = [threading.Thread(target=self._work, daemon=True,
+                                         name=f"skyhub-agent-{k}") for k in range(size)]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self.jobs.put((fn, args))
+
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            job[0](*job[1])
+
+    def shutdown(self) -> None:
+        """Stop the threads once their current call returns (jobs not started are dropped)."""
+        while True:
+            try:
+                self.jobs.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self.threads:
+            self.jobs.put(None)
 
 
 class RunDir:

@@ -174,3 +174,36 @@ def test_compare_command_pairs_two_runs(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "cmp.json").read_text())
     assert "McNemar" in (tmp_path / "cmp.md").read_text() or data
     assert "oracle" in r.output and "random" in r.output
+
+
+def test_interrupt_does_not_wait_for_model_calls_in_flight(tmp_path: Path) -> None:
+    """Ctrl-C during a run with a model that hangs: the process ends, finished episodes kept."""
+    import subprocess
+
+    script = tmp_path / "run.py"
+    script.write_text(f"""
+import time
+from skyhub import evaluate
+from skyhub.agents import ScriptAgent
+
+def act(messages):
+    if "7" in messages[-1]["content"]:
+        time.sleep(600)  # a model request that never comes back
+    return "<answer>0</answer>"
+
+seen = []
+def stop(ep):
+    seen.append(ep)
+    if len(seen) == 5:
+        raise KeyboardInterrupt
+
+try:
+    evaluate.run("toy-arith", ScriptAgent(act), n=40, concurrency=4, out={str(tmp_path / 'o')!r},
+                 on_episode=stop)
+except KeyboardInterrupt:
+    print("interrupted")
+""")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "interrupted" in r.stdout, r.stderr
+    assert len(records(tmp_path / "o")) == 5
