@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -30,7 +29,7 @@ from skyhub.errors import DataNotFound, UsageError
 class _RunByDefault(TyperGroup):
     """A group whose first argument, when it names no subcommand, is the env id of `run`."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # ctx: a click Context
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["run", *args]
         return super().parse_args(ctx, args)

@@ -146,17 +146,22 @@ def info(env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-arith.
 @app.command()
 @_friendly_errors
 def check(
-    env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-arith.")],
+    env_id: Annotated[str, typer.Argument(
+        help="The env id (e.g. toy-arith), or the folder of an env package.")],
     kwargs: KwargsArg = None,
     episodes: Annotated[int, typer.Option(help="Episodes for the reference and info checks.")] = 3,
     seed: Annotated[int, typer.Option(help="First seed the checks use.")] = 0,
 ) -> None:
     """Check that an environment keeps the skyhub env contract; exit code 1 if not."""
     from skyhub.checks import check_env
+    from skyhub.cli.publish_cmds import resolve_check_target
 
-    report = check_env(env_id, env_kwargs=parse_kwargs(kwargs), episodes=episodes, seed=seed)
-    _console().print(report.to_table())
-    raise typer.Exit(0 if report.ok else 1)
+    ok = True
+    for one in resolve_check_target(env_id):
+        report = check_env(one, env_kwargs=parse_kwargs(kwargs), episodes=episodes, seed=seed)
+        _console().print(report.to_table())
+        ok = ok and report.ok
+    raise typer.Exit(0 if ok else 1)
 
 
 @app.command(help=f"Play an environment yourself, reading actions from stdin.\n\n{INPUT_HELP}")
@@ -184,6 +189,7 @@ def _add_subcommands() -> None:
     from skyhub.cli.data_cmds import data_app
     from skyhub.cli.eval_cmds import eval_app
     from skyhub.cli.index_cmds import index_app
+    from skyhub.cli.publish_cmds import install_cmd, new_cmd, publish_cmd
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
     from skyhub.cli.train_cmd import train_cmd
 
@@ -194,6 +200,9 @@ def _add_subcommands() -> None:
         app.add_typer(sub, name=name)
     app.command("train")(_friendly_errors(train_cmd))
     app.command("bench")(_friendly_errors(bench_cmd))
+    app.command("new")(_friendly_errors(new_cmd))
+    app.command("publish")(_friendly_errors(publish_cmd))
+    app.command("install")(_friendly_errors(install_cmd))
 
 
 _add_subcommands()
