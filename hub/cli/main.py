@@ -191,6 +191,7 @@ def _add_subcommands() -> None:
     from skyhub.cli.index_cmds import index_app
     from skyhub.cli.publish_cmds import install_cmd, new_cmd, publish_cmd
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
+    from skyhub.cli.serve_cmd import serve_cmd
     from skyhub.cli.train_cmd import train_cmd
 
     for name, sub in (("eval", eval_app), ("sandbox", sandbox_app), ("images", images_app),
@@ -203,6 +204,7 @@ def _add_subcommands() -> None:
     app.command("new")(_friendly_errors(new_cmd))
     app.command("publish")(_friendly_errors(publish_cmd))
     app.command("install")(_friendly_errors(install_cmd))
+    app.command("serve")(_friendly_errors(serve_cmd))
 
 
 _add_subcommands()

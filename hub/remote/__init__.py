@@ -1,0 +1,48 @@
+"""Remote envs: `skyhub serve ENV_ID...` on one machine, `make_remote(ENV_ID, url)` on another.
+
+The server (`skyhub.remote.server`, FastAPI + uvicorn; extra `skyhub[serve]`) runs registered
+envs, one per WebSocket session; the client (`RemoteEnv`, websockets' sync client) is a
+`TextEnv`, so trainers, `VectorEnv` and `skyhub eval` use it unchanged.
+
+Protocol (version 1), JSON text messages over `ws://HOST:PORT/v1/envs/{env_id}/session`;
+the token, when the server has one, goes in `Authorization: Bearer TOKEN` or `?token=TOKEN`.
+Requests, one reply each, in order:
+
+    {"op": "open", "kwargs": {...}}         -> {"ok": true, "session", "env_id", "protocol",
+                                                "system_prompt", "stop_strings", "num_tasks"}
+    {"op": "reset", "seed": 3, "options": {"task_id": "t1"}}
+                                            -> {"ok": true, "obs", "info", "task": {id, prompt,
+                                                meta}, "system_prompt"}
+    {"op": "step", "action": "..."}         -> {"ok": true, "obs", "reward", "terminated",
+                                                "truncated", "info"}
+    {"op": "call", "name": "reference_action"}   (or a readable attribute: system_prompt,
+                                            stop_strings, max_turns) -> {"ok": true, "value"}
+    {"op": "tasks", "offset": 0, "limit": 1000}  -> {"ok": true, "total", "offset",
+                                                "tasks": [{id, prompt, meta}, ...]}
+    {"op": "ping"}                          -> {"ok": true, "pong": true}
+    {"op": "close"}                         -> {"ok": true}, then the server closes (1000)
+
+`open` comes first. A failure is `{"ok": false, "op", "error": {"type", "message"}}` and the
+session goes on: protocol errors (`BadMessage`, `UnknownOp`, `MessageTooBig`, `NotOpen`,
+`AlreadyOpen`, `KwargsNotAllowed`, `NotAllowed`) and the env's own exceptions (their class
+name). Close codes: 4401 missing/wrong token, 4404 env not served, 4408 idle past the TTL,
+4429 server full, 1009 frame over the transport limit. HTTP: `GET /health` (no token) and
+`GET /v1/envs` (ids, descriptions, sessions in use, capacity).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyhub.remote.client import RemoteEnv
+
+
+def make_remote(env_id: str, url: str, token: str | None = None, **kwargs: Any) -> RemoteEnv:
+    """A `RemoteEnv` for `env_id` served at `url`; see `skyhub.remote.client.make_remote`."""
+    from skyhub.remote.client import make_remote as _make_remote
+
+    return _make_remote(env_id, url, token, **kwargs)
+
+
+__all__ = ["make_remote"]

@@ -1,0 +1,93 @@
+"""What the remote server and client share: the message encoding and the error mapping.
+
+Kept free of fastapi/uvicorn/websockets so that both sides (and `import skyhub.remote`) stay
+light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+#: Close codes the server uses (4000-4999 is the application range of RFC 6455).
+CLOSE_UNAUTHORIZED = 4401  # missing or wrong token
+CLOSE_NOT_FOUND = 4404  # the env id is not served here
+CLOSE_IDLE = 4408  # no message for idle_ttl_s
+CLOSE_CAPACITY = 4429  # max_sessions reached
+CLOSE_TOO_BIG = 1009  # RFC 6455 "message too big"
+
+#: Attributes and methods a client may read or call with `{"op": "call", "name": ...}`.
+CALLABLE = frozenset({"reference_action"})
+READABLE = frozenset({"system_prompt", "stop_strings", "max_turns"})
+
+
+def _default(obj: Any) -> Any:
+    """JSON for what infos commonly hold besides JSON types: numpy scalars and arrays, sets,
+    tuples (as lists), dataclasses (a `Task`); anything else as its `str`."""
+    item = getattr(obj, "item", None)
+    if callable(item) and getattr(obj, "shape", None) == ():
+        return item()
+    tolist = getattr(obj, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    if isinstance(obj, set | frozenset):
+        return sorted(obj, key=str)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
+    return str(obj)
+
+
+def dumps(msg: dict[str, Any]) -> str:
+    """One message as compact JSON (NaN and infinities allowed: rewards may be NaN)."""
+    return json.dumps(msg, default=_default, separators=(",", ":"))
+
+
+def task_summary(task: Any) -> dict[str, Any] | None:
+    """A task as the client sees it: id, prompt and meta. The answer stays on the server (it
+    is the grader's secret; `reference_action` is the sanctioned way to an oracle action)."""
+    if task is None:
+        return None
+    return {"id": task.id, "prompt": task.prompt, "meta": task.meta}
+
+
+def error_body(e: BaseException) -> dict[str, Any]:
+    """The `error` member of a failed reply."""
+    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    return {"type": type(e).__name__, "message": message}
+
+
+#: Error types the client re-raises as themselves: they are the caller's mistakes (a bad
+#: task id, a bad kwarg) or documented skyhub errors. Anything else an env raised on the
+#: server is broken infrastructure from the client's point of view: `InfraError`.
+_BUILTIN = {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}
+_SKYHUB = ("EnvNotFound", "DataNotFound", "SandboxUnavailable", "InfraError", "AgentError",
+           "UsageError", "RegistrationError", "MissingDependency")
+#: Protocol errors: the client sent something the server cannot use.
+PROTOCOL_ERRORS = frozenset({"BadMessage", "UnknownOp", "MessageTooBig", "NotOpen",
+                             "AlreadyOpen", "KwargsNotAllowed", "NotAllowed"})
+
+
+def raise_error(error: dict[str, Any], where: str) -> None:
+    """Raise the exception a failed reply stands for, its message prefixed with `where`."""
+    from skyhub import errors
+
+    kind, message = str(error.get("type", "Error")), str(error.get("message", ""))
+    text = f"{where}: {message}"
+    if kind in _BUILTIN:
+        raise _BUILTIN[kind](text)
+    if kind == "MissingDependency":
+        from skyhub.registry import MissingDependency
+
+        raise MissingDependency(text)
+    if kind == "EnvNotFound":
+        raise errors.EnvNotFound(text)
+    if kind in _SKYHUB:
+        raise getattr(errors, kind)(text)
+    if kind in PROTOCOL_ERRORS:
+        raise errors.UsageError(f"{text} ({kind})")
+    raise errors.InfraError(f"{where}: the env raised {kind}: {message}")
