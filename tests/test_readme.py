@@ -111,3 +111,18 @@ def test_eval_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert (runs / "qwen/report.html").is_file() and (runs / "tiny-vs-50.md").is_file()
     assert json.loads((runs / "spider-oracle/summary.json").read_text())["accuracy"] >= 0.99
     assert "SkyRL-SQL-7B" in (runs / "skyrl-sql/report.md").read_text()
+
+
+def test_sharing_commands_run(tmp_path: Path) -> None:
+    """The Sharing section's commands: scaffold, check, publish to a directory hub, and the
+    upload plan (a dry run: nothing leaves this machine)."""
+    block = re.search(r"## Sharing environments.*?```bash\n(.*?)```", TEXT, re.S)
+    assert block is not None
+    skyhub = Path(sys.executable).parent / "skyhub"
+    for line in block.group(1).splitlines():
+        cmd = shlex.split(line.split("#")[0])
+        r = subprocess.run([str(skyhub), *cmd[1:]], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "COLUMNS": "120"})
+        assert r.returncode == 0, f"{line}\n{r.stdout}\n{r.stderr[-3000:]}"
+    wheels = list((tmp_path / "hub").glob("skyhub_demo_env-*.whl"))
+    assert wheels and (tmp_path / "hub" / "index.html").is_file()

@@ -92,8 +92,9 @@ class VectorEnv(gymnasium.vector.VectorEnv):
     """`num_envs` text envs behind one batched, concurrent interface.
 
     Args:
-        env_fns: one zero-argument callable per env (picklable for `executor="processes"`).
-        executor: `"threads"` (default), `"processes"`, or an `Executor` instance.
+        env_fns: one zero-argument callable per env (picklable for `"processes"` and `"ray"`).
+        executor: `"threads"` (default), `"processes"`, `"ray"` (Ray actors: extra `ray`), or
+            an `Executor` instance.
         autoreset_mode: `"next_step"` (default), `"same_step"` or `"disabled"`, with gymnasium's
             meaning: in `next_step` the step after an episode's end resets that env (its action
             is ignored; reward 0); in `same_step` the ending step already returns the next

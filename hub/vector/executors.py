@@ -9,9 +9,12 @@ call reaches it:
 - `ProcessExecutor`: each env lives in its own spawned process and the dispatch thread talks
   to it over a pipe. For CPU-bound envs or envs that must not share an interpreter; a
   crashing or killed process is detected and replaced.
+- `RayExecutor` (`executor="ray"`, in `ray_executor.py`, needs the `ray` extra): each env in
+  a Ray actor placed in a Ray cluster with the resources its spec declares; a dead actor is
+  detected and replaced like a dead process.
 
-A new executor (Ray actors, a remote env server) implements `spawn` and returns an
-`EnvWorker`; VectorEnv needs no change.
+A new executor (a remote env server) implements `spawn` and returns an `EnvWorker`;
+VectorEnv needs no change.
 """
 
 from __future__ import annotations
@@ -246,14 +249,27 @@ class ProcessExecutor(Executor):
         return ProcessWorker(data, self.start_timeout)
 
 
+def _ray_executor() -> Executor:
+    """`RayExecutor` with its defaults, imported only when asked for (Ray is heavy)."""
+    try:
+        from skyhub.vector.ray_executor import RayExecutor
+    except ImportError as e:
+        from skyhub.registry import MissingDependency
+
+        raise MissingDependency(f"executor='ray' needs Ray ({e}). Install it with "
+                                "pip install 'skyhub[ray]'.") from e
+    return RayExecutor()
+
+
 EXECUTORS: dict[str, Callable[[], Executor]] = {
     "threads": ThreadExecutor,
     "processes": ProcessExecutor,
+    "ray": _ray_executor,
 }
 
 
 def get_executor(executor: str | Executor) -> Executor:
-    """An executor by name (`threads`, `processes`) or the instance given."""
+    """An executor by name (`threads`, `processes`, `ray`) or the instance given."""
     if isinstance(executor, Executor):
         return executor
     try:
