@@ -115,7 +115,7 @@ def check_env(env_or_id: TextEnv | str, *, env_kwargs: dict[str, Any] | None = N
     the env from being made at all (`EnvNotFound`, `DataNotFound`, ...) propagate; any other
     exception from `make` becomes a failed `make` check.
     """
-    baseline = set(threading.enumerate()), _children()
+    baseline = set(threading.enumerate()), _children(), _containers()
     if isinstance(env_or_id, str):
         from skyhub.registry import make
 
@@ -373,9 +373,28 @@ def _children() -> dict[int, str] | None:
     return found
 
 
-def _check_cleanup(env: Any, baseline: tuple[set[threading.Thread], dict[int, str] | None],
-                   notes: list[str]) -> str:
-    before_threads, before_children = baseline
+def _containers() -> set[str] | None:
+    """Docker containers this process made through skyhub's sandboxes (found by their labels);
+    None where there is no Docker SDK or no daemon answering, so nothing can be said."""
+    try:
+        import docker
+
+        from skyhub.sandbox.base import LABEL, LABEL_OWNER_PID
+
+        client = docker.from_env(timeout=5)
+        try:
+            found = client.containers.list(all=True, filters={"label": [
+                f"{LABEL}=1", f"{LABEL_OWNER_PID}={os.getpid()}"]})
+            return {c.id for c in found}
+        finally:
+            client.close()
+    except Exception:
+        return None
+
+
+def _check_cleanup(env: Any, baseline: tuple[set[threading.Thread], dict[int, str] | None,
+                                             set[str] | None], notes: list[str]) -> str:
+    before_threads, before_children, before_containers = baseline
     for call in ("first", "second"):
         try:
             env.close()
@@ -391,10 +410,20 @@ def _check_cleanup(env: Any, baseline: tuple[set[threading.Thread], dict[int, st
         if not leaks:
             break
         time.sleep(0.05)
+    if before_containers is not None:
+        for _ in range(50):  # removing a container takes a moment: up to 10 s more
+            left = (_containers() or set()) - before_containers
+            if not left:
+                break
+            time.sleep(0.2)
+        leaks += [f"container {c[:12]}" for c in left]
+    else:
+        notes.append("no Docker daemon answered: containers were not checked")
     if leaks:
         raise CheckFailed("left behind after close(): " + ", ".join(leaks) + "; stop and join "
-                          "them in close()")
-    return "close() twice is fine; no thread or child process left behind"
+                          "(or remove) them in close()")
+    return ("close() twice is fine; no thread, child process"
+            + (" or container" if before_containers is not None else "") + " left behind")
 
 
 __all__ = ["MALFORMED_ACTIONS", "MAX_STEPS", "CheckReport", "CheckResult", "check_env"]

@@ -374,3 +374,39 @@ def test_every_malformed_action_is_tried() -> None:
         if action is not None:
             assert action in seen
     assert any(len(a) == 100_000 for a in seen)
+
+
+class LeavesContainer(Quiz):
+    """Starts a Docker sandbox and never closes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import skyhub.sandbox
+
+        box = skyhub.sandbox.create(backend="docker")
+        _leftovers.append(box.close)
+
+
+class ClosesItsContainer(Quiz):
+    def __init__(self) -> None:
+        super().__init__()
+        import skyhub.sandbox
+
+        self.box = skyhub.sandbox.create(backend="docker")
+
+    def close(self) -> None:
+        self.box.close()
+
+
+@pytest.mark.docker
+def test_container_left_running_fails_cleanup(register: Callable[[type[TextEnv]], str],
+                                              docker_daemon: None) -> None:
+    from skyhub.sandbox import images
+
+    images.build(["default"], quiet=True)
+    report = check_env(register(LeavesContainer))
+    assert failed(report) == ["cleanup"]
+    assert "container" in report.results[-1].message
+    tidy = check_env(register(ClosesItsContainer))
+    assert tidy.ok, str(tidy)
+    assert "container" in tidy.results[-1].message  # containers were looked at
