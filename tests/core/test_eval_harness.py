@@ -172,7 +172,11 @@ def test_compare_command_pairs_two_runs(tmp_path: Path) -> None:
                                  "--out", str(tmp_path / "cmp")])
     assert r.exit_code == 0, r.output
     data = json.loads((tmp_path / "cmp.json").read_text())
-    assert "McNemar" in (tmp_path / "cmp.md").read_text() or data
+    assert "McNemar" in (tmp_path / "cmp.md").read_text()
+    assert [run["agent"] for run in data["runs"]] == ["oracle", "random"]
+    pair = data["pairs"][0]
+    assert pair["n_pairs"] == 30 and pair["accuracy_a"] == 1.0 and pair["accuracy_diff"] < 0
+    assert pair["c"] == 0 and pair["b"] == round(30 * (1 - pair["accuracy_b"]))
     assert "oracle" in r.output and "random" in r.output
 
 
