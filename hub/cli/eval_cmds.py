@@ -157,11 +157,12 @@ def run_cmd(
     Each episode is saved as it finishes: after Ctrl-C or a crash, --resume continues."""
     from skyhub.registry import spec
 
-    spec(env_id)  # an unknown id fails here, before anything starts
     if resume and out is None:
         raise typer.BadParameter("--resume needs the --out directory of the run to continue",
                                  param_hint="--resume")
     env_kwargs = parse_kwargs(kwargs)
+    if "remote" not in env_kwargs:  # a served env need not be registered here
+        spec(env_id)  # an unknown id fails here, before anything starts
     if max_turns is not None:
         env_kwargs["max_turns"] = max_turns
     the_agent = _agent(agent, seed, base_url=base_url, api_key=api_key,

@@ -72,3 +72,15 @@ def test_evaluate_over_remote_envs_equals_local(served: str) -> None:
     with skyhub.make_vec("toy-arith", 3, remote=served) as vec, skyhub.make("toy-arith") as env:
         obs, _ = vec.reset(seed=5)
         assert list(obs) == [env.reset(seed=5 + i)[0] for i in range(3)]
+
+
+def test_eval_command_on_a_served_env(served: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from skyhub.cli.main import app
+
+    r = CliRunner().invoke(app, ["eval", "toy-arith", f"remote={served}", "--n", "6",
+                                 "--out", str(tmp_path / "run"), "--no-report"])
+    assert r.exit_code == 0, r.output
+    records = evaluate.load_records(tmp_path / "run")
+    assert len(records) == 6 and all(x["outcome"] == "success" for x in records)
