@@ -76,9 +76,14 @@ def test_reset_gives_a_fresh_kernel_and_workdir_quickly(session: KernelSession) 
                  "import subprocess; p = subprocess.Popen(['sleep', '300'])")
     time.sleep(2)  # let the bridge's spare kernel finish starting
     assert session.reset() is True  # the warm spare, not a cold start
+    # a process may exit between listing /proc and reading its cmdline: skip those
     r = run(session, "import os\n"
-                     "procs = [open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc')"
-                     " if p.isdigit()]\n"
+                     "def cmdline(p):\n"
+                     "    try:\n"
+                     "        return open(f'/proc/{p}/cmdline').read()\n"
+                     "    except OSError:\n"
+                     "        return ''\n"
+                     "procs = [cmdline(p) for p in os.listdir('/proc') if p.isdigit()]\n"
                      "('secret' in dir(), os.listdir('.'),"
                      " any(c.startswith('sleep\\x00300') for c in procs))", timeout=30)
     assert r.result == "(False, [], False)", r  # (a loaded machine once took over 10 s)
