@@ -14,7 +14,9 @@ import pytest
 
 README = Path(__file__).parents[1] / "README.md"
 TEXT = README.read_text()
-PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", TEXT, re.S)
+ALL_PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", TEXT, re.S)
+# the Tinker script needs a running `skyhub tinker serve`: test_tinker_section_runs runs it
+PYTHON_BLOCKS = [b for b in ALL_PYTHON_BLOCKS if "import tinker" not in b]
 CLI_BLOCK = re.search(r"## Command line\s+```bash\n(.*?)```", TEXT, re.S)
 
 
@@ -126,3 +128,52 @@ def test_sharing_commands_run(tmp_path: Path) -> None:
         assert r.returncode == 0, f"{line}\n{r.stdout}\n{r.stderr[-3000:]}"
     wheels = list((tmp_path / "hub").glob("skyhub_demo_env-*.whl"))
     assert wheels and (tmp_path / "hub" / "index.html").is_file()
+
+
+def test_tinker_section_runs(tmp_path: Path) -> None:
+    """The Tinker section: its `skyhub tinker serve` line starts the server (on a free port),
+    and the Tinker SDK script runs against it and prints what the text says."""
+    pytest.importorskip("tinker")
+    pytest.importorskip("peft")
+    import socket
+    import time
+    import urllib.request
+
+    section = TEXT[TEXT.index("## Tinker API"):]
+    serve_line = re.search(r"```bash\n(.*?)\n", section).group(1)
+    script = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = shlex.split(serve_line.split("#")[0].replace("&", ""))
+    cmd = [a if a != "8000" else str(port) for a in cmd]
+    skyhub = Path(sys.executable).parent / "skyhub"
+    server = subprocess.Popen([str(skyhub), *cmd[1:], "--state-dir", str(tmp_path / "state"),
+                               "--threads", "1", "--log-level", "warning"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(url + "/api/v1/healthz", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()
+                assert time.monotonic() < deadline, "skyhub tinker serve did not start"
+                time.sleep(0.5)
+        (tmp_path / "sft.py").write_text(script)
+        r = subprocess.run([sys.executable, "sft.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300,
+                           env={**os.environ, "TINKER_BASE_URL": url,
+                                "TINKER_API_KEY": "tml-local", "NO_PROXY": "127.0.0.1"})
+        assert r.returncode == 0, r.stderr[-3000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    losses = [float(x) for x in re.findall(r"loss per token ([0-9.]+)", r.stdout)]
+    assert losses[0] > 4 and losses[-1] < 1, r.stdout
+    assert "The quick brown fox -> jumps over the lazy dog." in r.stdout, r.stdout
+    assert "Tinker scripts -> train models." in r.stdout, r.stdout
+    saved = re.search(r"saved (tinker://\S+/weights/sft-step-20)", r.stdout)
+    assert saved is not None and (tmp_path / "state" / "checkpoints").is_dir()

@@ -192,10 +192,11 @@ def _add_subcommands() -> None:
     from skyhub.cli.publish_cmds import install_cmd, new_cmd, publish_cmd
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
     from skyhub.cli.serve_cmd import serve_cmd
+    from skyhub.cli.tinker_cmds import tinker_app
     from skyhub.cli.train_cmd import train_cmd
 
     for name, sub in (("eval", eval_app), ("sandbox", sandbox_app), ("images", images_app),
-                      ("data", data_app), ("index", index_app)):
+                      ("data", data_app), ("index", index_app), ("tinker", tinker_app)):
         for command in sub.registered_commands:
             command.callback = _friendly_errors(command.callback)
         app.add_typer(sub, name=name)

@@ -1,0 +1,55 @@
+"""`skyhub tinker serve`: a Tinker-compatible training server on this machine's models.
+
+Scripts written against the official `tinker` SDK point `base_url=` (or `TINKER_BASE_URL`)
+at it and run unchanged; see `skyhub.trainer.tinker` and the README's "Tinker API" section.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+tinker_app = typer.Typer(help="A Tinker-compatible training server: run Tinker SDK scripts "
+                              "on your own machines.", no_args_is_help=True)
+
+
+@tinker_app.command("serve")
+def serve_cmd(
+    base_model: Annotated[str, typer.Option(
+        help="The model clients train and sample: a local directory, a hub id this machine "
+             "can download, or `tiny` (a tiny random model written into the state dir; for "
+             "trying things out).", show_default=False)],
+    host: Annotated[str, typer.Option(
+        help="Address to bind. Anything but loopback needs --api-key.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8000,
+    engine: Annotated[str, typer.Option(
+        help="Sampling engine: hf (transformers with a KV cache).")] = "hf",
+    state_dir: Annotated[Path, typer.Option(
+        help="Where checkpoints (save_state, save_weights_for_sampler) are kept; a restarted "
+             "server serves the ones saved before.")] = Path("tinker-state"),
+    api_key: Annotated[str | None, typer.Option(
+        envvar="SKYHUB_TINKER_API_KEY", help="Clients must send this key (api_key= or "
+        "TINKER_API_KEY). Without one, any key is accepted: bind to loopback only.",
+        show_default=False)] = None,
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads for torch (default: torch's choice).", show_default=False)] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the Tinker API (training clients, sampling clients, checkpoints) on HOST:PORT.
+    Clients: `tinker.ServiceClient(base_url="http://HOST:PORT", api_key="tml-...")`."""
+    from skyhub.errors import UsageError
+
+    try:
+        import peft  # noqa: F401
+        import tinker  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"`skyhub tinker serve` needs the tinker extra ({e.name} is "
+                         "missing): pip install 'skyhub[tinker]'") from None
+    from skyhub.trainer.tinker.server import serve
+
+    typer.echo(f"serving {base_model} as a Tinker API on http://{host}:{port} "
+               f"(checkpoints in {state_dir})", err=True)
+    serve(base_model, host=host, port=port, state_dir=state_dir, engine=engine,
+          api_key=api_key, threads=threads, log_level=log_level)

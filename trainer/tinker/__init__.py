@@ -1,0 +1,27 @@
+"""A Tinker-compatible training server (`skyhub tinker serve`): Tinker scripts, written
+against the official `tinker` SDK, train and sample on this machine's models.
+
+- `server.py`: the HTTP routes and `TinkerService` (sessions, samplers, checkpoints);
+- `jobs.py`: requests as futures, run by one worker, fairly across clients;
+- `models.py`: the base model, a peft adapter per LoRA client, sampling via `HFEngine`;
+- `losses.py`: cross_entropy, importance_sampling, ppo;
+- `wire.py`: the SDK's protobuf bodies and results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TinkerServerThread", "TinkerService", "create_app", "serve", "tiny_base_model"]
+
+
+def __getattr__(name: str) -> Any:  # lazily: the server needs torch, fastapi and tinker
+    if name == "tiny_base_model":
+        from skyhub.trainer.tinker.models import tiny_base_model
+
+        return tiny_base_model
+    if name in __all__:
+        from skyhub.trainer.tinker import server
+
+        return getattr(server, name)
+    raise AttributeError(name)

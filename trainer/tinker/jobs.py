@@ -1,0 +1,142 @@
+"""Requests as futures, run one at a time on a worker thread, fairly across clients.
+
+The Tinker protocol is asynchronous: every training or sampling request is answered at once
+with a request id, and the client polls `retrieve_future` for the result. Here each request
+becomes a `Job` in its client's queue (its session); the worker takes one job from each
+client with work in turn (round robin), so one client's long queue of samples cannot starve
+another's optimizer step. Jobs of one client run in the order they arrived, which is the
+order the SDK sends a training client's requests (it waits for each to be accepted before
+sending the next).
+
+All model work happens on the worker thread, so nothing else touches the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import traceback
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyhub.trainer.tinker.errors import Unsupported
+
+log = logging.getLogger("skyhub.tinker")
+KEEP_RESULTS = 4096  # finished results kept for (re)polling; older ones are forgotten
+
+
+@dataclass
+class Outcome:
+    """A finished job: a JSON result, protobuf bytes, or a failure ("user" or "server")."""
+    json: dict[str, Any] | None = None
+    proto: bytes | None = None
+    error: str | None = None
+    category: str = "user"
+
+
+@dataclass
+class Job:
+    request_id: str
+    owner: str
+    run: Callable[[], Outcome]
+    outcome: Outcome | None = None
+    waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = field(
+        default_factory=list)
+
+
+class Jobs:
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._queues: dict[str, deque[Job]] = {}
+        self._turns: deque[str] = deque()  # owners with queued work, in serving order
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, daemon=True,
+                                        name="skyhub-tinker-worker")
+        self._thread.start()
+
+    def submit(self, owner: str, run: Callable[[], Outcome]) -> str:
+        job = Job(uuid.uuid4().hex, owner, run)
+        with self._lock:
+            self._jobs[job.request_id] = job
+            queue = self._queues.setdefault(owner, deque())
+            if not queue:
+                self._turns.append(owner)
+            queue.append(job)
+            self._lock.notify()
+        return job.request_id
+
+    def known(self, request_id: str) -> bool:
+        with self._lock:
+            return request_id in self._jobs
+
+    def queued(self) -> int:
+        with self._lock:
+            return sum(len(q) for q in self._queues.values())
+
+    async def wait(self, request_id: str, timeout: float) -> Outcome | None:
+        """The job's outcome, waiting up to `timeout` s for it; None if still running."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            job = self._jobs[request_id]
+            if job.outcome is not None:
+                return job.outcome
+            fut: asyncio.Future = loop.create_future()
+            job.waiters.append((loop, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            return None
+        return job.outcome
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------------ the worker
+    def _next(self) -> Job | None:
+        with self._lock:
+            while not self._turns and not self._closed:
+                self._lock.wait()
+            if self._closed:
+                return None
+            owner = self._turns.popleft()
+            queue = self._queues[owner]
+            job = queue.popleft()
+            if queue:
+                self._turns.append(owner)  # back of the line: the others go first
+            else:
+                del self._queues[owner]
+            return job
+
+    def _work(self) -> None:
+        while (job := self._next()) is not None:
+            try:
+                outcome = job.run()
+            except Unsupported as e:
+                outcome = Outcome(error=str(e), category="user")
+            except Exception as e:  # a bug or a broken model: the client sees it as such
+                log.error("request %s failed:\n%s", job.request_id, traceback.format_exc())
+                outcome = Outcome(error=f"server error: {type(e).__name__}: {e}",
+                                  category="server")
+            self._finish(job, outcome)
+
+    def _finish(self, job: Job, outcome: Outcome) -> None:
+        with self._lock:
+            job.outcome = outcome
+            waiters, job.waiters = job.waiters, []
+            done = [k for k, j in self._jobs.items() if j.outcome is not None]
+            for k in done[:max(0, len(done) - KEEP_RESULTS)]:
+                del self._jobs[k]
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_resolve, fut)
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,397 @@
+"""The models a Tinker server trains and samples: one base model, many clients' adapters.
+
+Every LoRA training client is a named peft adapter on the one shared base module (so ten
+clients cost ten small adapters, not ten models); a full fine-tuning client gets its own
+copy of the base. All methods run on the server's single worker thread (`jobs.py`), which is
+what makes switching the active adapter between requests safe.
+
+Sampling goes through the trainer's `HFEngine` on the same module, with the adapter of the
+weights being sampled switched in: a training client's latest weights, a snapshot taken by
+`save_weights_for_sampler`, or the base model with adapters disabled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from skyhub.trainer.learner import token_logprobs
+from skyhub.trainer.tinker.errors import Unsupported
+from skyhub.trainer.tinker.losses import get_loss
+from skyhub.trainer.tinker.wire import WireDatum
+
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+UNEMBED = ("lm_head",)
+_SNAPSHOT_KEYS = itertools.count(1)
+TINY_TEXT = ("The quick brown fox jumps over the lazy dog. Tinker scripts train models. "
+             "skyhub serves environments, trains agents and answers questions. "
+             "0 1 2 3 4 5 6 7 8 9 + - * / = ( ) [ ] { } < > , . ; : ! ? ' \" ")
+
+
+def tiny_base_model(directory: str | Path, seed: int = 0) -> str:
+    """Write a tiny random Qwen2 model and its BPE tokenizer (chat template, EOS `<|end|>`)
+    to `directory` and return its path: a base model for tests and demos that needs no
+    download. It learns fast on a CPU, but knows nothing to start with."""
+    from skyhub.trainer.tiny import tiny_model, train_tokenizer
+
+    out = Path(directory)
+    if not (out / "tokenizer" / "tokenizer.json").is_file():
+        tokenizer = train_tokenizer([TINY_TEXT] * 4)
+        model = tiny_model(len(tokenizer), seed=seed)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        # its own folder: beside a qwen2 config.json, AutoTokenizer would load it as a
+        # Qwen2Tokenizer, with a pre-tokenizer that is not this BPE's
+        tokenizer.save_pretrained(out / "tokenizer")
+    return str(out)
+
+
+@dataclass
+class LoraSpec:
+    rank: int
+    targets: tuple[str, ...]
+    seed: int | None = None
+
+    def peft_config(self) -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(r=self.rank, lora_alpha=self.rank, target_modules=list(self.targets),
+                          lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+
+
+@dataclass
+class Snapshot:
+    """Weights frozen for sampling (CPU tensors of the trainable parameters)."""
+    base_model: str
+    lora: LoraSpec | None
+    weights: dict[str, torch.Tensor]
+    path: str | None = None
+    key: int = field(default_factory=lambda: next(_SNAPSHOT_KEYS))
+
+
+@dataclass
+class TrainingModel:
+    model_id: str
+    lora: LoraSpec | None
+    module: Any  # the peft model (LoRA) or this client's own copy (full fine-tuning)
+    adapter: str | None
+    params: dict[str, torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    steps: int = 0
+    pending_grads: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelHost:
+    """The base model and every client's trainable weights on top of it."""
+
+    def __init__(self, base_model: str, *, name: str | None = None, device: str | None = None,
+                 dtype: str = "auto") -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.path = base_model  # what transformers loads
+        self.name = name or base_model  # what clients call it
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.dtype = {"auto": torch.bfloat16 if self.device == "cuda" else torch.float32,
+                      "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
+        # a tokenizer of its own in <model>/tokenizer/ (as `tiny_base_model` writes) wins
+        tok_dir = Path(base_model) / "tokenizer"
+        self.tokenizer_id = str(tok_dir) if tok_dir.is_dir() else base_model
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_id)
+            self.base = AutoModelForCausalLM.from_pretrained(base_model, dtype=self.dtype)
+        except OSError as e:
+            from skyhub.errors import UsageError
+
+            raise UsageError(f"could not load --base-model {base_model!r} "
+                             f"({str(e).splitlines()[0]}); pass a local model directory or "
+                             "a hub id this machine can download") from None
+        self.base.to(self.device)
+        self.max_length = int(getattr(self.base.config, "max_position_embeddings", 4096))
+        self.peft: Any = None  # made on the first LoRA client
+        self.models: dict[str, TrainingModel] = {}
+        # one scratch adapter per LoRA shape, holding the snapshot last sampled from
+        self._scratch: dict[tuple[int, tuple[str, ...]], tuple[str, int]] = {}
+        self._full_sampler: Any = None
+        self._counter = 0
+
+    # ------------------------------------------------------------------ creation
+    def check_base(self, base_model: str | None) -> None:
+        if base_model not in (None, "", self.name, self.path):
+            raise Unsupported(f"base model {base_model!r} is not served here: this server "
+                              f"serves {self.name!r}; start another with "
+                              f"`skyhub tinker serve --base-model {base_model}`")
+
+    def create(self, model_id: str, lora: LoraSpec | None) -> TrainingModel:
+        if model_id in self.models:
+            return self.models[model_id]
+        self._counter += 1
+        if lora is None:
+            module = self._fresh_base()
+            params = {n: p for n, p in module.named_parameters()}
+            adapter = None
+        else:
+            adapter = f"m{self._counter}"
+            if lora.seed is not None:
+                torch.manual_seed(lora.seed)
+            module = self._add_adapter(adapter, lora)
+            params = {n: p for n, p in module.named_parameters() if f".{adapter}." in n}
+        optimizer = torch.optim.AdamW(params.values(), lr=1e-4, betas=(0.9, 0.95), eps=1e-12,
+                                      weight_decay=0.0)
+        model = TrainingModel(model_id, lora, module, adapter, params, optimizer)
+        self.models[model_id] = model
+        return model
+
+    def _fresh_base(self) -> Any:
+        from transformers import AutoModelForCausalLM
+
+        module = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32)
+        return module.to(self.device)
+
+    def _add_adapter(self, name: str, lora: LoraSpec) -> Any:
+        from peft import get_peft_model
+
+        if self.peft is None:
+            self.peft = get_peft_model(self.base, lora.peft_config(), adapter_name=name)
+        else:
+            self.peft.add_adapter(name, lora.peft_config())
+        return self.peft
+
+    def release(self, model_id: str) -> None:
+        model = self.models.pop(model_id, None)
+        if model is not None and model.adapter is not None:
+            self.peft.delete_adapter(model.adapter)
+
+    def get(self, model_id: str) -> TrainingModel:
+        if model_id not in self.models:
+            raise Unsupported(f"unknown model_id {model_id!r} (this server restarted, or the "
+                              "session ended): make a new training client, e.g. "
+                              "create_training_client_from_state(<last save_state path>)")
+        return self.models[model_id]
+
+    # ------------------------------------------------------------------ training
+    def _activate(self, model: TrainingModel) -> Any:
+        """The module to run for `model`, with its adapter switched in."""
+        if model.adapter is not None:
+            self.peft.set_adapter(model.adapter)
+            for p in model.params.values():  # set_adapter resets requires_grad
+                p.requires_grad_(True)
+            return self.base  # the transformers module, with the adapter's layers injected
+        return model.module
+
+    def forward_backward(self, model: TrainingModel, data: list[WireDatum], loss_fn: str,
+                         config: dict[str, float | str], *, backward: bool
+                         ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
+        """Sum of the per-datum losses; gradients accumulate until `optim_step`."""
+        fn, needed = get_loss(loss_fn, config)
+        rows = [self._check_datum(i, d, needed) for i, d in enumerate(data)]
+        module = self._activate(model)
+        module.train(backward)
+        outputs, total = [], 0.0
+        with torch.set_grad_enabled(backward):
+            width = max(len(r[0]) for r in rows)
+            ids = torch.full((len(rows), width), self._pad_id(), dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for i, (tokens, _, _) in enumerate(rows):
+                ids[i, :len(tokens)] = torch.tensor(tokens)
+                mask[i, :len(tokens)] = 1
+            logits = module(input_ids=ids.to(self.device),
+                            attention_mask=mask.to(self.device)).logits
+            loss_sum = torch.zeros((), device=self.device)
+            for i, (tokens, targets, inputs) in enumerate(rows):
+                n = len(tokens)
+                tgt = torch.tensor(targets, device=self.device)
+                logp = token_logprobs(logits[i, :n], tgt)
+                ins = {k: torch.tensor(v, dtype=torch.float32, device=self.device)
+                       for k, v in inputs.items()}
+                loss = fn(logp, ins, config)
+                loss_sum = loss_sum + loss
+                outputs.append({"logprobs": logp.detach().float().cpu().numpy()})
+            if backward:
+                loss_sum.backward()
+                model.pending_grads = True
+            total = float(loss_sum.detach())
+        return outputs, {"loss:sum": total}
+
+    def _check_datum(self, i: int, d: WireDatum, needed: tuple[str, ...]
+                     ) -> tuple[list[int], list[int], dict[str, np.ndarray]]:
+        n = len(d.tokens)
+        if n == 0:
+            raise Unsupported(f"datum {i}: model_input is empty")
+        if n > self.max_length:
+            raise Unsupported(f"datum {i}: {n} tokens is longer than the model's context "
+                              f"({self.max_length})")
+        vocab = self.base.config.vocab_size
+        if "target_tokens" not in d.inputs:
+            raise Unsupported(f"datum {i}: loss_fn_inputs needs 'target_tokens'")
+        inputs = {k: np.asarray(v).reshape(-1) for k, v in d.inputs.items()}
+        for name in ("target_tokens", "weights", *needed):
+            if name not in inputs:
+                if name == "weights":
+                    continue
+                raise Unsupported(f"datum {i}: loss_fn_inputs needs {name!r}")
+            if len(inputs[name]) != n:
+                raise Unsupported(f"datum {i}: loss_fn_inputs[{name!r}] has "
+                                  f"{len(inputs[name])} entries but model_input has {n} "
+                                  "tokens; give one per input position")
+        targets = inputs.pop("target_tokens").astype(np.int64).tolist()
+        bad = [t for t in d.tokens + targets if not 0 <= t < vocab]
+        if bad:
+            raise Unsupported(f"datum {i}: token id {bad[0]} is outside the vocabulary "
+                              f"(0..{vocab - 1})")
+        return d.tokens, targets, inputs
+
+    def optim_step(self, model: TrainingModel, lr: float, beta1: float, beta2: float,
+                   eps: float, weight_decay: float, grad_clip_norm: float) -> dict[str, float]:
+        for group in model.optimizer.param_groups:
+            group.update(lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay)
+        params = [p for p in model.params.values() if p.grad is not None]
+        norm = (torch.nn.utils.clip_grad_norm_(params, grad_clip_norm or float("inf"))
+                if params else torch.zeros(()))
+        model.optimizer.step()
+        model.optimizer.zero_grad(set_to_none=True)
+        model.steps += 1
+        model.pending_grads = False
+        return {"grad_norm:mean": float(norm), "learning_rate:mean": lr}
+
+    # ------------------------------------------------------------------ weights
+    def trainable_state(self, model: TrainingModel) -> dict[str, torch.Tensor]:
+        """The trainable weights, keyed without the adapter's name (so a checkpoint loads
+        into any adapter)."""
+        key = f".{model.adapter}." if model.adapter else None
+        return {(n.replace(key, ".") if key else n): p.detach().to("cpu", copy=True)
+                for n, p in model.params.items()}
+
+    def load_trainable(self, model: TrainingModel, state: dict[str, torch.Tensor]) -> None:
+        _copy_into(model.params, model.adapter, state)
+
+    def snapshot(self, model: TrainingModel) -> Snapshot:
+        return Snapshot(self.name, model.lora, self.trainable_state(model))
+
+    def save(self, model: TrainingModel, directory: Path, *, optimizer: bool) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.save(self.trainable_state(model), directory / "weights.pt")
+        if optimizer:
+            torch.save(model.optimizer.state_dict(), directory / "optimizer.pt")
+        lora = model.lora
+        meta = {"base_model": self.name, "model_id": model.model_id, "steps": model.steps,
+                "lora": None if lora is None else {"rank": lora.rank,
+                                                   "targets": list(lora.targets)}}
+        (directory / "meta.json").write_text(json.dumps(meta, indent=1))
+
+    @staticmethod
+    def read_meta(directory: Path) -> dict[str, Any]:
+        return json.loads((directory / "meta.json").read_text())
+
+    @staticmethod
+    def lora_of(meta: dict[str, Any]) -> LoraSpec | None:
+        lora = meta.get("lora")
+        return None if lora is None else LoraSpec(lora["rank"], tuple(lora["targets"]))
+
+    def load(self, model: TrainingModel, directory: Path, *, optimizer: bool) -> None:
+        self.load_trainable(model, torch.load(directory / "weights.pt", map_location="cpu"))
+        model.optimizer.zero_grad(set_to_none=True)
+        if optimizer:
+            if not (directory / "optimizer.pt").is_file():
+                raise Unsupported(f"{directory.name} was saved without optimizer state; "
+                                  "load it without the optimizer")
+            model.optimizer.load_state_dict(torch.load(directory / "optimizer.pt",
+                                                       map_location="cpu"))
+
+    def snapshot_from(self, directory: Path, path: str) -> Snapshot:
+        meta = self.read_meta(directory)
+        self.check_base(meta["base_model"])
+        weights = torch.load(directory / "weights.pt", map_location="cpu")
+        return Snapshot(meta["base_model"], self.lora_of(meta), weights, path)
+
+    # ------------------------------------------------------------------ sampling
+    def sampler_module(self, source: TrainingModel | Snapshot | None) -> Any:
+        """A module that computes with `source`'s weights: a training client's current
+        ones, a snapshot's, or (None) the base model's."""
+        if source is None:
+            if self.peft is not None:
+                self.peft.base_model.disable_adapter_layers()
+            return self.base
+        if self.peft is not None:
+            self.peft.base_model.enable_adapter_layers()
+        if isinstance(source, TrainingModel):
+            return self._activate(source)
+        if source.lora is None:
+            if self._full_sampler is None:
+                self._full_sampler = self._fresh_base()
+            self._full_sampler.load_state_dict(source.weights, strict=False)
+            return self._full_sampler
+        shape = (source.lora.rank, source.lora.targets)
+        name, loaded = self._scratch.get(shape, (f"s{len(self._scratch) + 1}", 0))
+        if shape not in self._scratch:
+            self._add_adapter(name, source.lora)
+        if loaded != source.key:
+            params = {n: p for n, p in self.peft.named_parameters() if f".{name}." in n}
+            _copy_into(params, name, source.weights)
+            self._scratch[shape] = (name, source.key)
+        self.peft.set_adapter(name)
+        return self.base
+
+    def sample(self, source: TrainingModel | Snapshot | None, prompt: list[int],
+               num_samples: int, *, max_tokens: int, temperature: float, top_p: float,
+               stop: tuple[str, ...], stop_ids: tuple[int, ...], seed: int | None,
+               prompt_logprobs: bool) -> tuple[list[tuple[list[int], list[float], str]],
+                                               list[float] | None]:
+        from skyhub.trainer.engines import SamplingParams
+        from skyhub.trainer.engines.hf import HFEngine
+
+        if not prompt:
+            raise Unsupported("the prompt is empty")
+        if len(prompt) + max_tokens > self.max_length:
+            raise Unsupported(f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) is "
+                              f"longer than the model's context ({self.max_length})")
+        module = self.sampler_module(source)
+        was_training = module.training
+        module.eval()
+        try:
+            plp = self._prompt_logprobs(module, prompt) if prompt_logprobs else None
+            engine = HFEngine(module, self.tokenizer)
+            params = SamplingParams(max_tokens=max_tokens, temperature=temperature,
+                                    top_p=top_p, stop=stop, stop_token_ids=stop_ids, seed=seed)
+            base_seed = seed if seed is not None else int(torch.randint(0, 2**31, ()).item())
+            done = engine.generate([prompt] * num_samples, params,
+                                   seeds=[base_seed + i for i in range(num_samples)])
+        finally:
+            module.train(was_training)
+            if source is None and self.peft is not None:
+                self.peft.base_model.enable_adapter_layers()
+        return [(c.token_ids, c.logprobs, c.finish_reason) for c in done], plp
+
+    @torch.no_grad()
+    def _prompt_logprobs(self, module: Any, prompt: list[int]) -> list[float]:
+        ids = torch.tensor([prompt], device=self.device)
+        logits = module(input_ids=ids).logits[0, :-1]
+        lp = token_logprobs(logits, ids[0, 1:]).float().cpu().tolist()
+        return [float("nan"), *lp]
+
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else (self.tokenizer.eos_token_id or 0))
+
+
+
+def _copy_into(params: dict[str, torch.nn.Parameter], adapter: str | None,
+               state: dict[str, torch.Tensor]) -> None:
+    """Copy a checkpoint's weights (keyed without an adapter name) into `params`."""
+    key = f".{adapter}." if adapter else None
+    names = {(n.replace(key, ".") if key else n): n for n in params}
+    missing = set(names) - set(state)
+    if missing or len(state) != len(names):
+        raise Unsupported("checkpoint does not match this model (different LoRA rank or "
+                          f"layers; {len(missing)} weights missing); load it with "
+                          "create_training_client_from_state")
+    with torch.no_grad():
+        for short, full in names.items():
+            params[full].copy_(state[short].to(params[full].device))

@@ -1,0 +1,563 @@
+"""`skyhub tinker serve`: an HTTP server that speaks the official `tinker` SDK's protocol.
+
+A Tinker script (`tinker.ServiceClient(base_url=...)`, `create_lora_training_client`,
+`forward_backward`, `optim_step`, `sample`, ...) runs unchanged against it, training on
+this machine's CPU or GPU. The routes follow the SDK's resources (`tinker/resources/*.py`):
+
+- session and config: `create_session`, `session_heartbeat`, `client/config`, `healthz`,
+  `get_server_capabilities`, `telemetry` (accepted and dropped);
+- work, answered with a request id and run by the worker (`jobs.py`): `create_model`,
+  `forward_backward` (protobuf body), `optim_step`, `save_weights`, `load_weights`,
+  `save_weights_for_sampler`, `asample`;
+- results: `retrieve_future` long-polls (~20 s) and then answers HTTP 408, which the SDK
+  treats as "ask again"; loss outputs and samples come back as protobuf, the rest as JSON;
+  a failed request is `{"error", "category"}`, which the SDK raises as `RequestFailedError`.
+
+State on disk (`--state-dir`): `checkpoints/<run>/{weights,sampler_weights}/<name>/`, so a
+`tinker://` path saved before a restart loads after it. Training clients themselves live in
+memory; after a restart, `create_training_client_from_state(path)` resumes one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import Request  # module level: FastAPI resolves route annotations here
+
+from skyhub.trainer.tinker.errors import Unsupported
+from skyhub.trainer.tinker.jobs import Jobs, Outcome
+
+log = logging.getLogger("skyhub.tinker")
+POLL_S = 20.0  # a retrieve_future waits this long before answering "ask again" (SDK: 45 s)
+EPHEMERAL_PER_MODEL = 32  # unnamed sampler snapshots kept per training client
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class TinkerService:
+    """The server's state: the model host, the job queue, sessions and samplers."""
+
+    def __init__(self, base_model: str, state_dir: str | Path, *, engine: str = "hf",
+                 device: str | None = None, api_key: str | None = None,
+                 threads: int | None = None) -> None:
+        from skyhub.trainer.tinker.models import ModelHost, tiny_base_model
+
+        if threads:  # CPU: small models run faster on fewer threads when the machine is busy
+            import torch
+
+            torch.set_num_threads(threads)
+
+        if engine != "hf":
+            from skyhub.errors import UsageError
+
+            raise UsageError(f"--engine {engine!r}: the Tinker server samples with the `hf` "
+                             "engine for now (vLLM sampling of per-client LoRA adapters is not "
+                             "built yet); use --engine hf")
+        self.state_dir = Path(state_dir)
+        (self.state_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        if base_model == "tiny":  # a tiny random model, made in the state dir
+            self.host = ModelHost(tiny_base_model(self.state_dir / "tiny-base"), name="tiny",
+                                  device=device)
+        else:
+            self.host = ModelHost(base_model, device=device)
+        self.api_key = api_key
+        self.jobs = Jobs()
+        self.sessions: dict[str, set[str]] = {}  # session id -> its model ids
+        self.samplers: dict[str, tuple[Any, str | None]] = {}  # id -> (source, model_path)
+        self.ephemeral: dict[str, list[str]] = {}  # model id -> its unnamed sampler ids
+        self._joins = itertools.count(1)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ paths
+    def checkpoint_dir(self, path: str) -> tuple[Path, str, str]:
+        """(directory, run id, kind) of a `tinker://<run>/<kind>/<name>` path."""
+        m = re.fullmatch(r"tinker://([^/]+)/(weights|sampler_weights)/([^/]+)", path or "")
+        if not m:
+            raise Unsupported(f"{path!r} is not a checkpoint path of this server; expected "
+                              "tinker://<model_id>/weights/<name> (from save_state) or "
+                              "tinker://<model_id>/sampler_weights/<name>")
+        run, kind, name = m.groups()
+        directory = self.state_dir / "checkpoints" / quote(run, safe="") / kind / name
+        if not (directory / "meta.json").is_file():
+            raise Unsupported(f"no checkpoint {path!r} on this server (state dir "
+                              f"{self.state_dir}); list what you saved with save_state")
+        return directory, run, kind
+
+    def new_checkpoint(self, model_id: str, kind: str, name: str | None,
+                       overwrite: bool = True) -> tuple[Path, str]:
+        name = name or f"{kind}-{uuid.uuid4().hex[:8]}"
+        if not _NAME.match(name):
+            raise Unsupported(f"checkpoint name {name!r}: use letters, digits, '.', '_' and "
+                              "'-' only (at most 128)")
+        directory = self.state_dir / "checkpoints" / quote(model_id, safe="") / kind / name
+        if directory.exists() and not overwrite:
+            raise Unsupported(f"checkpoint {name!r} exists; pass overwrite=True or a new name")
+        return directory, f"tinker://{model_id}/{kind}/{name}"
+
+    # ------------------------------------------------------------------ jobs
+    def submit(self, owner: str, run: Any, **extra: Any) -> dict[str, Any]:
+        return {"request_id": self.jobs.submit(owner, run), **extra}
+
+    def owner_of(self, model_id: str) -> str:
+        return model_id.split(":train:")[0]
+
+    def create_model(self, req: Any) -> dict[str, Any]:
+        from skyhub.trainer.tinker.models import ATTN, MLP, UNEMBED, LoraSpec
+
+        model_id = f"{req.session_id}:train:{req.model_seq_id}"
+        lora = None
+        if req.lora_config is not None:
+            c = req.lora_config
+            targets = ((ATTN if c.train_attn else ()) + (MLP if c.train_mlp else ())
+                       + (UNEMBED if c.train_unembed else ()))
+            lora = LoraSpec(int(c.rank), targets, c.seed)
+        optimizer = getattr(req.optimizer_config, "type", "adamw")
+
+        def run() -> Outcome:
+            self.host.check_base(req.base_model)
+            if optimizer != "adamw":
+                raise Unsupported(f"optimizer {optimizer!r}: this server trains with adamw")
+            if lora is not None and lora.rank < 1:
+                raise Unsupported(f"LoRA rank {lora.rank}: use a rank of 1 or more")
+            self.host.create(model_id, lora)
+            self._remember(req.session_id, model_id)
+            return Outcome(json={"model_id": model_id, "type": "create_model"})
+
+        return self.submit(req.session_id, run, model_id=model_id)
+
+    def _remember(self, session_id: str, model_id: str) -> None:
+        with self._lock:
+            self.sessions.setdefault(session_id, set()).add(model_id)
+
+    def info(self, model_id: str) -> dict[str, Any]:
+        model = self.host.get(model_id)
+        lora = model.lora
+        return {"type": "get_info", "model_id": model_id, "model_name": self.host.name,
+                "is_lora": lora is not None, "lora_rank": None if lora is None else lora.rank,
+                "model_data": {"arch": getattr(self.host.base.config, "model_type", None),
+                               "model_name": self.host.name,
+                               "tokenizer_id": self.host.tokenizer_id}}
+
+    def forward_backward(self, call: Any) -> dict[str, Any]:
+        from skyhub.trainer.tinker.wire import encode_forward_backward
+
+        def run() -> Outcome:
+            if not call.data:
+                raise Unsupported("forward_backward got no data")
+            model = self.host.get(call.model_id)
+            outputs, metrics = self.host.forward_backward(
+                model, call.data, call.loss_fn, call.config, backward=not call.forward_only)
+            return Outcome(proto=encode_forward_backward(outputs, metrics))
+
+        return self.submit(self.owner_of(call.model_id), run, model_id=call.model_id)
+
+    def optim_step(self, req: Any) -> dict[str, Any]:
+        p = req.optim_params
+        if getattr(p, "type", None) not in (None, "adam", "adamw") or not hasattr(p, "beta1"):
+            name = getattr(p, "type", type(p).__name__)
+
+            def run() -> Outcome:
+                raise Unsupported(f"optimizer params {name!r}: this server steps with Adam "
+                                  "(types.AdamParams)")
+        else:
+            def run() -> Outcome:
+                model = self.host.get(req.model_id)
+                metrics = self.host.optim_step(model, p.learning_rate, p.beta1, p.beta2,
+                                               p.eps, p.weight_decay, p.grad_clip_norm)
+                return Outcome(json={"metrics": metrics})
+
+        return self.submit(self.owner_of(req.model_id), run, model_id=req.model_id)
+
+    def save_weights(self, req: Any) -> dict[str, Any]:
+        def run() -> Outcome:
+            model = self.host.get(req.model_id)
+            directory, path = self.new_checkpoint(req.model_id, "weights", req.path,
+                                                  overwrite=True)
+            self.host.save(model, directory, optimizer=True)
+            return Outcome(json={"path": path, "type": "save_weights"})
+
+        return self.submit(self.owner_of(req.model_id), run, model_id=req.model_id)
+
+    def load_weights(self, req: Any) -> dict[str, Any]:
+        """Into an existing client (load_state), or a new one (create_..._from_state)."""
+        if req.session_id is not None:
+            model_id = f"{req.session_id}:train:{req.model_seq_id}"
+        elif req.model_id is not None:
+            model_id = req.model_id
+        else:
+            raise Unsupported("load_weights needs model_id, or session_id and model_seq_id")
+
+        def run() -> Outcome:
+            directory, _, _ = self.checkpoint_dir(req.path)
+            meta = self.host.read_meta(directory)
+            self.host.check_base(meta["base_model"])
+            if req.session_id is not None:
+                model = self.host.create(model_id, self.host.lora_of(meta))
+                self._remember(req.session_id, model_id)
+            else:
+                model = self.host.get(model_id)
+            self.host.load(model, directory, optimizer=bool(req.optimizer))
+            return Outcome(json={"path": req.path, "model_id": model_id,
+                                 "type": "load_weights"})
+
+        return self.submit(self.owner_of(model_id), run, model_id=model_id)
+
+    def save_for_sampler(self, req: Any) -> dict[str, Any]:
+        if req.kind != "snapshot":
+            kind = req.kind
+
+            def run() -> Outcome:
+                raise Unsupported(f"sampling client kind {kind!r}: this server makes snapshot "
+                                  "samplers (kind='snapshot'), which see the weights saved")
+            return self.submit(self.owner_of(req.model_id), run, model_id=req.model_id)
+
+        def run() -> Outcome:
+            model = self.host.get(req.model_id)
+            if req.path is None:  # save_weights_and_get_sampling_client: in memory only
+                sampler_id = self._add_sampler(self.host.snapshot(model), None, req.model_id)
+                return Outcome(json={"sampling_session_id": sampler_id,
+                                     "type": "save_weights_for_sampler"})
+            directory, path = self.new_checkpoint(req.model_id, "sampler_weights", req.path)
+            self.host.save(model, directory, optimizer=False)
+            return Outcome(json={"path": path, "type": "save_weights_for_sampler"})
+
+        return self.submit(self.owner_of(req.model_id), run, model_id=req.model_id)
+
+    def _add_sampler(self, source: Any, model_path: str | None,
+                     model_id: str | None = None) -> str:
+        sampler_id = f"sampler-{uuid.uuid4().hex[:12]}"
+        with self._lock:
+            self.samplers[sampler_id] = (source, model_path)
+            if model_id is not None:
+                ids = self.ephemeral.setdefault(model_id, [])
+                ids.append(sampler_id)
+                while len(ids) > EPHEMERAL_PER_MODEL:
+                    self.samplers.pop(ids.pop(0), None)
+        return sampler_id
+
+    def create_sampler(self, req: Any) -> dict[str, Any]:
+        if req.model_path:
+            directory, _, _ = self.checkpoint_dir(req.model_path)
+            source = self.host.snapshot_from(directory, req.model_path)
+        else:
+            self.host.check_base(req.base_model)
+            source = None
+        return {"type": "create_sampling_session",
+                "sampling_session_id": self._add_sampler(source, req.model_path)}
+
+    def sampler(self, sampler_id: str) -> tuple[Any, str | None]:
+        with self._lock:
+            if sampler_id not in self.samplers:
+                raise Unsupported(f"unknown sampling session {sampler_id!r} (expired: this "
+                                  f"server keeps the last {EPHEMERAL_PER_MODEL} unnamed "
+                                  "snapshots of a training client, or it restarted); save "
+                                  "with save_weights_for_sampler(name) to keep one")
+            return self.samplers[sampler_id]
+
+    def sample(self, req: Any) -> dict[str, Any]:
+        owner = req.sampling_session_id or "base"
+        n = int(req.num_samples)
+
+        def run() -> Outcome:
+            from skyhub.trainer.tinker.wire import encode_sample
+
+            source = self.sampler(req.sampling_session_id)[0] if req.sampling_session_id \
+                else self._path_source(req)
+            tokens = _prompt_tokens(req.prompt)
+            sp = req.sampling_params
+            stop = sp.stop
+            stop = [stop] if isinstance(stop, str) else list(stop or [])
+            if stop and not all(isinstance(s, str) for s in stop) \
+                    and not all(isinstance(s, int) for s in stop):
+                raise Unsupported("sampling_params.stop mixes strings and token ids")
+            stop_ids = tuple(s for s in stop if isinstance(s, int))
+            if sp.stop is None and self.host.tokenizer.eos_token_id is not None:
+                stop_ids = (int(self.host.tokenizer.eos_token_id),)
+            if not 1 <= n <= 256:
+                raise Unsupported(f"num_samples={n}: ask for 1..256 per request")
+            if sp.top_k not in (-1, 0):
+                raise Unsupported("sampling_params.top_k is not supported; use top_p")
+            if req.topk_prompt_logprobs or req.topk_sample_logprobs or req.prompt_alt_tokens_k \
+                    or req.target_prompt_logprobs is not None:
+                raise Unsupported("top-k logprobs, prompt_alt_tokens and "
+                                  "target_prompt_logprobs are not supported by this server")
+            seqs, plp = self.host.sample(
+                source, tokens, n, max_tokens=int(sp.max_tokens or 16),
+                temperature=float(sp.temperature), top_p=float(sp.top_p),
+                stop=tuple(s for s in stop if isinstance(s, str)), stop_ids=stop_ids,
+                seed=sp.seed, prompt_logprobs=bool(req.prompt_logprobs))
+            if plp is not None and req.prompt_logprobs_last_n:
+                keep = int(req.prompt_logprobs_last_n)
+                plp = [float("nan")] * (len(plp) - keep) + plp[-keep:]
+            return Outcome(proto=encode_sample(seqs, plp))
+
+        return self.submit(owner, run,
+                           sample_sequence_ids=[uuid.uuid4().hex for _ in range(max(n, 0))])
+
+    def _path_source(self, req: Any) -> Any:
+        if req.model_path:
+            directory, _, _ = self.checkpoint_dir(req.model_path)
+            return self.host.snapshot_from(directory, req.model_path)
+        self.host.check_base(req.base_model)
+        return None
+
+    def finish_session(self, session_id: str) -> None:
+        with self._lock:
+            model_ids = self.sessions.pop(session_id, set())
+
+        def run() -> Outcome:
+            for model_id in model_ids:
+                self.host.release(model_id)
+            return Outcome(json={})
+
+        if model_ids:
+            self.jobs.submit(session_id, run)
+
+
+def _prompt_tokens(prompt: Any) -> list[int]:
+    tokens: list[int] = []
+    for chunk in prompt.chunks:
+        if getattr(chunk, "type", None) != "encoded_text":
+            raise Unsupported(f"prompt chunks of type {getattr(chunk, 'type', '?')!r}: this "
+                              "server samples text models; send ModelInput.from_ints(tokens)")
+        tokens += [int(t) for t in chunk.tokens]
+    return tokens
+
+
+# ---------------------------------------------------------------------- HTTP
+def create_app(service: TinkerService) -> Any:
+    """The FastAPI app: each route parses the SDK's request type and calls the service."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, Response
+    from pydantic import ValidationError
+    from tinker import types
+
+    from skyhub.trainer.tinker.wire import decode_forward_backward
+
+    app = FastAPI(title="skyhub tinker", docs_url=None, redoc_url=None)
+    app.state.service = service
+    v1 = "/api/v1"
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message, "detail": message}, status_code=status)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Any:
+        if service.api_key and request.headers.get("x-api-key") != service.api_key:
+            return error(401, "wrong or missing API key: pass the server's key as "
+                              "api_key= or TINKER_API_KEY")
+        try:
+            return await call_next(request)
+        except ValidationError as e:
+            return error(400, f"malformed request for {request.url.path}: {e}")
+        except Unsupported as e:
+            return error(400, str(e))
+
+    async def parse(request: Request, model: Any) -> Any:
+        return model.model_validate(await request.json())
+
+    @app.get(v1 + "/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.post(v1 + "/client/config")
+    async def client_config() -> dict:
+        # plain API keys, one chunk per forward_backward call in order, httpx transport,
+        # per-request polling: the simplest protocol every SDK feature works over
+        return types.ClientConfigResponse(
+            pjwt_auth_enabled=False, parallel_fwdbwd_chunks=False, proto_compress_fwdbwd=False,
+            use_pyqwest_transport=False, sample_use_retrieve_futures=False,
+            custom_loss_server_side=False, sample_join_sampling_session=False,
+        ).model_dump()
+
+    @app.post(v1 + "/client/dynamic_config")
+    async def dynamic_config() -> dict:
+        return types.ClientDynamicConfigResponse().model_dump()
+
+    @app.get(v1 + "/get_server_capabilities")
+    async def capabilities() -> dict:
+        return {"supported_models": [{"model_name": service.host.name, "trainable": True,
+                                      "sampleable": True,
+                                      "max_context_length": service.host.max_length}]}
+
+    @app.post(v1 + "/create_session")
+    async def create_session(request: Request) -> dict:
+        await parse(request, types.CreateSessionRequest)
+        session_id = f"s{uuid.uuid4().hex[:16]}"
+        with service._lock:
+            service.sessions[session_id] = set()
+        return {"type": "create_session", "session_id": session_id}
+
+    @app.post(v1 + "/session_heartbeat")
+    async def heartbeat() -> dict:
+        return {"type": "session_heartbeat"}
+
+    @app.post(v1 + "/sessions/{session_id}/finish")
+    async def finish(session_id: str) -> Response:
+        service.finish_session(session_id)
+        return Response(status_code=204)
+
+    @app.post(v1 + "/telemetry")
+    async def telemetry() -> dict:
+        return {"status": "accepted"}
+
+    @app.post(v1 + "/create_model")
+    async def create_model(request: Request) -> dict:
+        return service.create_model(await parse(request, types.CreateModelRequest))
+
+    @app.post(v1 + "/get_info")
+    async def get_info(request: Request) -> dict:
+        return service.info((await parse(request, types.GetInfoRequest)).model_id)
+
+    @app.post(v1 + "/forward_backward")
+    async def forward_backward(request: Request) -> Any:
+        try:
+            call = decode_forward_backward(await request.body(),
+                                           request.headers.get("content-encoding"))
+        except Unsupported:
+            raise
+        except Exception as e:
+            return error(400, f"forward_backward: the body is not a ForwardBackwardRequest "
+                              f"protobuf ({e})")
+        return service.forward_backward(call)
+
+    @app.post(v1 + "/optim_step")
+    async def optim_step(request: Request) -> dict:
+        return service.optim_step(await parse(request, types.OptimStepRequest))
+
+    @app.post(v1 + "/save_weights")
+    async def save_weights(request: Request) -> dict:
+        return service.save_weights(await parse(request, types.SaveWeightsRequest))
+
+    @app.post(v1 + "/load_weights")
+    async def load_weights(request: Request) -> dict:
+        return service.load_weights(await parse(request, types.LoadWeightsRequest))
+
+    @app.post(v1 + "/save_weights_for_sampler")
+    async def save_for_sampler(request: Request) -> dict:
+        return service.save_for_sampler(await parse(request, types.SaveWeightsForSamplerRequest))
+
+    @app.post(v1 + "/create_sampling_session")
+    async def create_sampling_session(request: Request) -> dict:
+        return service.create_sampler(await parse(request, types.CreateSamplingSessionRequest))
+
+    @app.post(v1 + "/join_sampling_session")
+    async def join_sampling_session(request: Request) -> dict:
+        req = await parse(request, types.JoinSamplingSessionRequest)
+        service.sampler(req.sampling_session_id)
+        return {"type": "join_sampling_session", "client_counter": next(service._joins)}
+
+    @app.get(v1 + "/samplers/{sampler_id}")
+    async def get_sampler(sampler_id: str) -> dict:
+        _, path = service.sampler(sampler_id)
+        return {"sampler_id": sampler_id, "base_model": service.host.name, "model_path": path}
+
+    @app.post(v1 + "/asample")
+    async def asample(request: Request) -> dict:
+        return service.sample(await parse(request, types.SampleRequest))
+
+    @app.post(v1 + "/cancel_future")
+    async def cancel_future() -> Response:
+        return Response(status_code=204)
+
+    @app.post(v1 + "/retrieve_future")
+    async def retrieve_future(request: Request) -> Any:
+        req = await parse(request, types.FutureRetrieveRequest)
+        if not service.jobs.known(req.request_id):
+            return error(404, f"unknown request id {req.request_id!r} (the server restarted "
+                              "or forgot it); send the request again")
+        outcome = await service.jobs.wait(req.request_id, POLL_S)
+        if outcome is None:  # still queued or running: the SDK asks again at once
+            return JSONResponse({"type": "try_again", "request_id": req.request_id,
+                                 "queue_state": "active"}, status_code=408)
+        if outcome.error is not None:
+            return {"error": outcome.error, "category": outcome.category}
+        if outcome.proto is not None:
+            return Response(outcome.proto, media_type="application/x-protobuf")
+        return outcome.json
+
+    @app.api_route(v1 + "/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
+    async def not_here(rest: str) -> JSONResponse:
+        return error(404, f"/api/v1/{rest} is not supported by skyhub's Tinker server "
+                          "(it serves training, sampling and checkpoints; see "
+                          "`skyhub tinker serve --help`)")
+
+    return app
+
+
+# ---------------------------------------------------------------------- running it
+def serve(base_model: str, *, host: str = "127.0.0.1", port: int = 8000,
+          state_dir: str | Path = "tinker-state", engine: str = "hf",
+          api_key: str | None = None, threads: int | None = None,
+          log_level: str = "info") -> None:
+    """Serve until interrupted. A non-loopback `host` needs an API key (`--api-key` or
+    `$SKYHUB_TINKER_API_KEY`): anyone who reaches the port could train and sample."""
+    import uvicorn
+
+    from skyhub.remote.server import is_loopback
+
+    api_key = api_key or os.environ.get("SKYHUB_TINKER_API_KEY") or None
+    if not api_key and not is_loopback(host):
+        from skyhub.errors import UsageError
+
+        raise UsageError(f"refusing to serve on {host!r} without an API key: pass "
+                         "--api-key tml-SECRET (or set SKYHUB_TINKER_API_KEY), or bind to "
+                         "127.0.0.1")
+    service = TinkerService(base_model, state_dir, engine=engine, api_key=api_key,
+                            threads=threads)
+    uvicorn.run(create_app(service), host=host, port=port, log_level=log_level)
+
+
+class TinkerServerThread:
+    """The server in a background thread (tests, notebooks):
+
+        with TinkerServerThread(base_model=path, state_dir=tmp) as srv:
+            client = tinker.ServiceClient(base_url=srv.url, api_key="tml-local")
+    """
+
+    def __init__(self, base_model: str, state_dir: str | Path, *, host: str = "127.0.0.1",
+                 port: int = 0, engine: str = "hf", api_key: str | None = None,
+                 threads: int | None = None) -> None:
+        import uvicorn
+
+        self.service = TinkerService(base_model, state_dir, engine=engine, api_key=api_key,
+                                     threads=threads)
+        self.host, self.port = host, port
+        config = uvicorn.Config(create_app(self.service), host=host, port=port,
+                                log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True,
+                                       name="skyhub-tinker")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> TinkerServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the Tinker server on {self.host}:{self.port} did not start")
+            time.sleep(0.01)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.service.jobs.close()
+
+    def __enter__(self) -> TinkerServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
