@@ -14,6 +14,7 @@ All model work happens on the worker thread, so nothing else touches the model.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import traceback
@@ -44,12 +45,18 @@ class Job:
     owner: str
     run: Callable[[], Outcome]
     outcome: Outcome | None = None
+    # jobs with the same batch key, queued back to back by one owner, run as one call of
+    # `batch_run` (e.g. samples from one sampler become one batched generation)
+    batch_key: Any = None
+    batch_run: Callable[[list[Job]], list[Outcome]] | None = None
+    payload: Any = None
     waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = field(
         default_factory=list)
 
 
 class Jobs:
-    def __init__(self) -> None:
+    def __init__(self, max_batch: int = 64) -> None:
+        self.max_batch = max_batch
         self._lock = threading.Condition()
         self._queues: dict[str, deque[Job]] = {}
         self._turns: deque[str] = deque()  # owners with queued work, in serving order
@@ -59,8 +66,11 @@ class Jobs:
                                         name="skyhub-tinker-worker")
         self._thread.start()
 
-    def submit(self, owner: str, run: Callable[[], Outcome]) -> str:
-        job = Job(uuid.uuid4().hex, owner, run)
+    def submit(self, owner: str, run: Callable[[], Outcome], *, batch_key: Any = None,
+               batch_run: Callable[[list[Job]], list[Outcome]] | None = None,
+               payload: Any = None) -> str:
+        job = Job(uuid.uuid4().hex, owner, run, batch_key=batch_key, batch_run=batch_run,
+                  payload=payload)
         with self._lock:
             self._jobs[job.request_id] = job
             queue = self._queues.setdefault(owner, deque())
@@ -99,7 +109,9 @@ class Jobs:
             self._lock.notify_all()
 
     # ------------------------------------------------------------------ the worker
-    def _next(self) -> Job | None:
+    def _next(self) -> list[Job] | None:
+        """The next owner's next job, with the jobs queued right behind it that batch with
+        it; the owner then goes to the back of the line."""
         with self._lock:
             while not self._turns and not self._closed:
                 self._lock.wait()
@@ -107,24 +119,28 @@ class Jobs:
                 return None
             owner = self._turns.popleft()
             queue = self._queues[owner]
-            job = queue.popleft()
+            jobs = [queue.popleft()]
+            key = jobs[0].batch_key
+            while (key is not None and queue and queue[0].batch_key == key
+                   and len(jobs) < self.max_batch):
+                jobs.append(queue.popleft())
             if queue:
                 self._turns.append(owner)  # back of the line: the others go first
             else:
                 del self._queues[owner]
-            return job
+            return jobs
 
     def _work(self) -> None:
-        while (job := self._next()) is not None:
-            try:
-                outcome = job.run()
-            except Unsupported as e:
-                outcome = Outcome(error=str(e), category="user")
-            except Exception as e:  # a bug or a broken model: the client sees it as such
-                log.error("request %s failed:\n%s", job.request_id, traceback.format_exc())
-                outcome = Outcome(error=f"server error: {type(e).__name__}: {e}",
-                                  category="server")
-            self._finish(job, outcome)
+        while (jobs := self._next()) is not None:
+            head = jobs[0]
+            if len(jobs) > 1 and head.batch_run is not None:
+                outcomes = _guarded(functools.partial(head.batch_run, jobs), head.request_id)
+                if isinstance(outcomes, Outcome):  # the whole batch failed
+                    outcomes = [outcomes] * len(jobs)
+            else:
+                outcomes = [_guarded(head.run, head.request_id)]
+            for job, outcome in zip(jobs, outcomes, strict=True):
+                self._finish(job, outcome)
 
     def _finish(self, job: Job, outcome: Outcome) -> None:
         with self._lock:
@@ -135,6 +151,17 @@ class Jobs:
                 del self._jobs[k]
         for loop, fut in waiters:
             loop.call_soon_threadsafe(_resolve, fut)
+
+
+def _guarded(run: Callable[[], Any], request_id: str) -> Any:
+    """`run()`, with an exception turned into a failed `Outcome`."""
+    try:
+        return run()
+    except Unsupported as e:
+        return Outcome(error=str(e), category="user")
+    except Exception as e:  # a bug or a broken model: the client sees it as such
+        log.error("request %s failed:\n%s", request_id, traceback.format_exc())
+        return Outcome(error=f"server error: {type(e).__name__}: {e}", category="server")
 
 
 def _resolve(fut: asyncio.Future) -> None:

@@ -66,6 +66,18 @@ class LoraSpec:
                           lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
 
 
+Sequence = tuple[list[int], list[float], str]  # sampled tokens, their logprobs, stop reason
+
+
+@dataclass
+class SampleItem:
+    """One sample request: `n` continuations of `prompt`."""
+    prompt: list[int]
+    n: int
+    seed: int | None
+    prompt_logprobs: bool
+
+
 @dataclass
 class Snapshot:
     """Weights frozen for sampling (CPU tensors of the trainable parameters)."""
@@ -325,9 +337,12 @@ class ModelHost:
             return self._activate(source)
         if source.lora is None:
             if self._full_sampler is None:
-                self._full_sampler = self._fresh_base()
-            self._full_sampler.load_state_dict(source.weights, strict=False)
-            return self._full_sampler
+                self._full_sampler = [self._fresh_base(), 0]
+            module, loaded = self._full_sampler
+            if loaded != source.key:
+                module.load_state_dict(source.weights, strict=False)
+                self._full_sampler[1] = source.key
+            return module
         shape = (source.lora.rank, source.lora.targets)
         name, loaded = self._scratch.get(shape, (f"s{len(self._scratch) + 1}", 0))
         if shape not in self._scratch:
@@ -339,35 +354,46 @@ class ModelHost:
         self.peft.set_adapter(name)
         return self.base
 
-    def sample(self, source: TrainingModel | Snapshot | None, prompt: list[int],
-               num_samples: int, *, max_tokens: int, temperature: float, top_p: float,
-               stop: tuple[str, ...], stop_ids: tuple[int, ...], seed: int | None,
-               prompt_logprobs: bool) -> tuple[list[tuple[list[int], list[float], str]],
-                                               list[float] | None]:
-        from skyhub.trainer.engines import SamplingParams
-        from skyhub.trainer.engines.hf import HFEngine
-
+    def check_prompt(self, prompt: list[int], max_tokens: int) -> None:
         if not prompt:
             raise Unsupported("the prompt is empty")
         if len(prompt) + max_tokens > self.max_length:
             raise Unsupported(f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) is "
                               f"longer than the model's context ({self.max_length})")
+        vocab = self.base.config.vocab_size
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if bad:
+            raise Unsupported(f"prompt token id {bad[0]} is outside the vocabulary "
+                              f"(0..{vocab - 1})")
+
+    def sample(self, source: TrainingModel | Snapshot | None, items: list[SampleItem],
+               params: Any) -> list[tuple[list[Sequence], list[float] | None]]:
+        """Every item's samples from one batched generation with `source`'s weights: per
+        item, (sequences, prompt logprobs or None). Sample i of an item with seed s is drawn
+        with seed s + i, so a seeded request gives the same samples in any batch."""
+        from skyhub.trainer.engines.hf import HFEngine
+
         module = self.sampler_module(source)
         was_training = module.training
         module.eval()
+        prompts, seeds = [], []
+        for it in items:
+            base = it.seed if it.seed is not None else int(torch.randint(0, 2**31, ()).item())
+            prompts += [it.prompt] * it.n
+            seeds += [base + i for i in range(it.n)]
         try:
-            plp = self._prompt_logprobs(module, prompt) if prompt_logprobs else None
-            engine = HFEngine(module, self.tokenizer)
-            params = SamplingParams(max_tokens=max_tokens, temperature=temperature,
-                                    top_p=top_p, stop=stop, stop_token_ids=stop_ids, seed=seed)
-            base_seed = seed if seed is not None else int(torch.randint(0, 2**31, ()).item())
-            done = engine.generate([prompt] * num_samples, params,
-                                   seeds=[base_seed + i for i in range(num_samples)])
+            plps = [self._prompt_logprobs(module, it.prompt) if it.prompt_logprobs else None
+                    for it in items]
+            done = iter(HFEngine(module, self.tokenizer).generate(prompts, params, seeds))
         finally:
             module.train(was_training)
             if source is None and self.peft is not None:
                 self.peft.base_model.enable_adapter_layers()
-        return [(c.token_ids, c.logprobs, c.finish_reason) for c in done], plp
+        out = []
+        for it, plp in zip(items, plps, strict=True):
+            seqs = [next(done) for _ in range(it.n)]
+            out.append(([(c.token_ids, c.logprobs, c.finish_reason) for c in seqs], plp))
+        return out
 
     @torch.no_grad()
     def _prompt_logprobs(self, module: Any, prompt: list[int]) -> list[float]:

@@ -47,7 +47,7 @@ class TinkerService:
 
     def __init__(self, base_model: str, state_dir: str | Path, *, engine: str = "hf",
                  device: str | None = None, api_key: str | None = None,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, max_batch: int = 64) -> None:
         from skyhub.trainer.tinker.models import ModelHost, tiny_base_model
 
         if threads:  # CPU: small models run faster on fewer threads when the machine is busy
@@ -69,7 +69,7 @@ class TinkerService:
         else:
             self.host = ModelHost(base_model, device=device)
         self.api_key = api_key
-        self.jobs = Jobs()
+        self.jobs = Jobs(max_batch=max_batch)
         self.sessions: dict[str, set[str]] = {}  # session id -> its model ids
         self.samplers: dict[str, tuple[Any, str | None]] = {}  # id -> (source, model_path)
         self.ephemeral: dict[str, list[str]] = {}  # model id -> its unnamed sampler ids
@@ -262,45 +262,82 @@ class TinkerService:
                                   "with save_weights_for_sampler(name) to keep one")
             return self.samplers[sampler_id]
 
-    def sample(self, req: Any) -> dict[str, Any]:
-        owner = req.sampling_session_id or "base"
-        n = int(req.num_samples)
-
+    def fail(self, owner: str, message: str, **extra: Any) -> dict[str, Any]:
+        """Accept a request that cannot be done: its future fails with `message`."""
         def run() -> Outcome:
+            raise Unsupported(message)
+
+        return self.submit(owner, run, **extra)
+
+    def sample(self, req: Any) -> dict[str, Any]:
+        """Samples are queued per sampler; the worker runs queued samples of one sampler
+        with the same sampling parameters as one batched generation."""
+        from skyhub.trainer.tinker.models import SampleItem
+
+        owner = req.sampling_session_id or f"base:{req.model_path or req.base_model}"
+        n = int(req.num_samples)
+        ids = [uuid.uuid4().hex for _ in range(max(n, 0))]
+        try:
+            item, params = self._sample_request(req, n)
+        except Unsupported as e:
+            return self.fail(owner, str(e), sample_sequence_ids=ids)
+        item = SampleItem(item, n, req.sampling_params.seed, bool(req.prompt_logprobs))
+        last_n = req.prompt_logprobs_last_n
+
+        def source() -> Any:
+            if req.sampling_session_id:
+                return self.sampler(req.sampling_session_id)[0]
+            return self._path_source(req)
+
+        def do(payloads: list[tuple[SampleItem, int | None]]) -> list[Outcome]:
             from skyhub.trainer.tinker.wire import encode_sample
 
-            source = self.sampler(req.sampling_session_id)[0] if req.sampling_session_id \
-                else self._path_source(req)
-            tokens = _prompt_tokens(req.prompt)
-            sp = req.sampling_params
-            stop = sp.stop
-            stop = [stop] if isinstance(stop, str) else list(stop or [])
-            if stop and not all(isinstance(s, str) for s in stop) \
-                    and not all(isinstance(s, int) for s in stop):
-                raise Unsupported("sampling_params.stop mixes strings and token ids")
-            stop_ids = tuple(s for s in stop if isinstance(s, int))
-            if sp.stop is None and self.host.tokenizer.eos_token_id is not None:
-                stop_ids = (int(self.host.tokenizer.eos_token_id),)
-            if not 1 <= n <= 256:
-                raise Unsupported(f"num_samples={n}: ask for 1..256 per request")
-            if sp.top_k not in (-1, 0):
-                raise Unsupported("sampling_params.top_k is not supported; use top_p")
-            if req.topk_prompt_logprobs or req.topk_sample_logprobs or req.prompt_alt_tokens_k \
-                    or req.target_prompt_logprobs is not None:
-                raise Unsupported("top-k logprobs, prompt_alt_tokens and "
-                                  "target_prompt_logprobs are not supported by this server")
-            seqs, plp = self.host.sample(
-                source, tokens, n, max_tokens=int(sp.max_tokens or 16),
-                temperature=float(sp.temperature), top_p=float(sp.top_p),
-                stop=tuple(s for s in stop if isinstance(s, str)), stop_ids=stop_ids,
-                seed=sp.seed, prompt_logprobs=bool(req.prompt_logprobs))
-            if plp is not None and req.prompt_logprobs_last_n:
-                keep = int(req.prompt_logprobs_last_n)
-                plp = [float("nan")] * (len(plp) - keep) + plp[-keep:]
-            return Outcome(proto=encode_sample(seqs, plp))
+            results = self.host.sample(source(), [item for item, _ in payloads], params)
+            out = []
+            for (_, keep), (seqs, plp) in zip(payloads, results, strict=True):
+                if plp is not None and keep:
+                    plp = [float("nan")] * (len(plp) - keep) + plp[-keep:]
+                out.append(Outcome(proto=encode_sample(seqs, plp)))
+            return out
 
-        return self.submit(owner, run,
-                           sample_sequence_ids=[uuid.uuid4().hex for _ in range(max(n, 0))])
+        def run() -> Outcome:
+            return do([(item, last_n)])[0]
+
+        def run_batch(jobs: list[Any]) -> list[Outcome]:
+            return do([job.payload for job in jobs])
+
+        return {"request_id": self.jobs.submit(owner, run, batch_key=(owner, params),
+                                               batch_run=run_batch, payload=(item, last_n)),
+                "sample_sequence_ids": ids}
+
+    def _sample_request(self, req: Any, n: int) -> tuple[list[int], Any]:
+        """The prompt's tokens and the engine's sampling parameters, after checking what
+        this server can do."""
+        from skyhub.trainer.engines import SamplingParams
+
+        tokens = _prompt_tokens(req.prompt)
+        sp = req.sampling_params
+        stop = [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])
+        if not (all(isinstance(s, str) for s in stop) or all(isinstance(s, int) for s in stop)):
+            raise Unsupported("sampling_params.stop mixes strings and token ids")
+        stop_ids = tuple(s for s in stop if isinstance(s, int))
+        eos = self.host.tokenizer.eos_token_id
+        if sp.stop is None and eos is not None:  # Tinker: no stop given = stop at EOS
+            stop_ids = (int(eos),)
+        if not 1 <= n <= 256:
+            raise Unsupported(f"num_samples={n}: ask for 1..256 per request")
+        if sp.top_k not in (-1, 0):
+            raise Unsupported("sampling_params.top_k is not supported; use top_p")
+        if req.topk_prompt_logprobs or req.topk_sample_logprobs or req.prompt_alt_tokens_k \
+                or req.target_prompt_logprobs is not None:
+            raise Unsupported("top-k logprobs, prompt_alt_tokens and target_prompt_logprobs "
+                              "are not supported by this server")
+        max_tokens = int(sp.max_tokens or 16)
+        self.host.check_prompt(tokens, max_tokens)
+        return tokens, SamplingParams(max_tokens=max_tokens, temperature=float(sp.temperature),
+                                      top_p=float(sp.top_p),
+                                      stop=tuple(s for s in stop if isinstance(s, str)),
+                                      stop_token_ids=stop_ids)
 
     def _path_source(self, req: Any) -> Any:
         if req.model_path:
@@ -322,6 +359,11 @@ class TinkerService:
             self.jobs.submit(session_id, run)
 
 
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        self.status, self.message = status, message
+
+
 def _prompt_tokens(prompt: Any) -> list[int]:
     tokens: list[int] = []
     for chunk in prompt.chunks:
@@ -335,7 +377,7 @@ def _prompt_tokens(prompt: Any) -> list[int]:
 # ---------------------------------------------------------------------- HTTP
 def create_app(service: TinkerService) -> Any:
     """The FastAPI app: each route parses the SDK's request type and calls the service."""
-    from fastapi import FastAPI
+    from fastapi import Depends, FastAPI
     from fastapi.responses import JSONResponse, Response
     from pydantic import ValidationError
     from tinker import types
@@ -349,17 +391,24 @@ def create_app(service: TinkerService) -> Any:
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message, "detail": message}, status_code=status)
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Any:
+    async def check_key(request: Request) -> None:
         if service.api_key and request.headers.get("x-api-key") != service.api_key:
-            return error(401, "wrong or missing API key: pass the server's key as "
-                              "api_key= or TINKER_API_KEY")
-        try:
-            return await call_next(request)
-        except ValidationError as e:
-            return error(400, f"malformed request for {request.url.path}: {e}")
-        except Unsupported as e:
-            return error(400, str(e))
+            raise _Refused(401, "wrong or missing API key: pass the server's key as "
+                                "api_key= or TINKER_API_KEY")
+
+    app.router.dependencies.append(Depends(check_key))
+
+    @app.exception_handler(_Refused)
+    async def refused(request: Request, e: _Refused) -> JSONResponse:
+        return error(e.status, e.message)
+
+    @app.exception_handler(ValidationError)
+    async def malformed(request: Request, e: ValidationError) -> JSONResponse:
+        return error(400, f"malformed request for {request.url.path}: {e}")
+
+    @app.exception_handler(Unsupported)
+    async def unsupported(request: Request, e: Unsupported) -> JSONResponse:
+        return error(400, str(e))
 
     async def parse(request: Request, model: Any) -> Any:
         return model.model_validate(await request.json())
@@ -525,11 +574,11 @@ class TinkerServerThread:
 
     def __init__(self, base_model: str, state_dir: str | Path, *, host: str = "127.0.0.1",
                  port: int = 0, engine: str = "hf", api_key: str | None = None,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, max_batch: int = 64) -> None:
         import uvicorn
 
         self.service = TinkerService(base_model, state_dir, engine=engine, api_key=api_key,
-                                     threads=threads)
+                                     threads=threads, max_batch=max_batch)
         self.host, self.port = host, port
         config = uvicorn.Config(create_app(self.service), host=host, port=port,
                                 log_level="warning", lifespan="off")
