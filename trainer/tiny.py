@@ -45,7 +45,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 320) -> Any:
 
 
 def tiny_model(vocab_size: int, *, hidden_size: int = 128, layers: int = 2, heads: int = 4,
-               kv_heads: int = 2, seed: int = 0) -> Any:
+               kv_heads: int = 2, seed: int = 0, tie_embeddings: bool = True) -> Any:
     """A random Qwen2 causal LM (head_dim 32: vLLM's CPU backend rejects 16)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -54,7 +54,7 @@ def tiny_model(vocab_size: int, *, hidden_size: int = 128, layers: int = 2, head
                       intermediate_size=hidden_size * 2, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=kv_heads,
                       head_dim=hidden_size // heads, max_position_embeddings=4096,
-                      tie_word_embeddings=True)
+                      tie_word_embeddings=tie_embeddings)
     cfg._attn_implementation = "sdpa"
     with torch.random.fork_rng():
         torch.manual_seed(seed)

@@ -25,7 +25,8 @@ def serve_cmd(
         help="Address to bind. Anything but loopback needs --api-key.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8000,
     engine: Annotated[str, typer.Option(
-        help="Sampling engine: hf (transformers with a KV cache).")] = "hf",
+        help="Sampling engine: hf (transformers with a KV cache) or vllm (LoRA adapters merged "
+             "into the weights vLLM holds; run from .venv-vllm).")] = "hf",
     state_dir: Annotated[Path, typer.Option(
         help="Where checkpoints (save_state, save_weights_for_sampler) are kept; a restarted "
              "server serves the ones saved before.")] = Path("tinker-state"),

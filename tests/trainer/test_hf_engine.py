@@ -119,3 +119,28 @@ def test_weights_updated_mid_generation_take_effect_at_the_next_token(model, tok
     lp = torch.log_softmax(logits[0, -1].float(), -1)[c.token_ids[switch]]
     assert abs(float(lp) - c.logprobs[switch]) < 1e-4
     assert engine.version == 1
+
+
+class _OlderTransformers(torch.nn.Module):
+    """A model whose forward takes the KV cache as `past_key_values`, as transformers did
+    before `cache` (the version vLLM pins still does)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None,
+                past_key_values=None, use_cache=None, **kwargs):
+        assert "cache" not in kwargs, "the engine passed `cache` to an older forward"
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids, cache=past_key_values,
+                          use_cache=use_cache)
+
+
+def test_the_kv_cache_reaches_older_forward_signatures(model, tokenizer, chat):
+    prompt = chat.prompt_ids("word: amber", None)
+    params = SamplingParams(max_tokens=10, temperature=0.0)
+    want = HFEngine(model, tokenizer).generate([prompt], params)[0]
+    got = HFEngine(_OlderTransformers(model), tokenizer).generate([prompt], params)[0]
+    assert got.token_ids == want.token_ids
+    assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5)

@@ -288,3 +288,29 @@ def test_batched_samples_match_one_by_one_and_bad_input_is_refused(host: ModelHo
         host.forward_backward(host.create("t:train:7", LoraSpec(2, ATTN)),
                               [wire.WireDatum([1, 2, 3], {"target_tokens": np.array([2, 3])})],
                               "cross_entropy", {}, backward=True)
+
+
+def test_merged_weights_compute_what_the_adapter_computes(host: ModelHost) -> None:
+    """What `--engine vllm` loads into vLLM: base weights with the adapter merged in, under
+    transformers' names. A plain model with them gives the adapter's logprobs."""
+    from transformers import AutoModelForCausalLM
+
+    model = host.create("t:train:8", LoraSpec(8, ATTN + MLP, 3))
+    _train(host, model, SEQ_A, 5)
+    want = _logprobs(host, model, SEQ_A)
+    plain = AutoModelForCausalLM.from_pretrained(host.path, dtype=torch.float32)
+    before = _plain_logprobs(plain, SEQ_A)
+    missing, unexpected = plain.load_state_dict(host.merged_weights(model), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}  # tied to the embedding
+    np.testing.assert_allclose(_plain_logprobs(plain, SEQ_A), want, atol=1e-5)
+    assert not np.allclose(before, want, atol=1e-3)
+    with pytest.raises(Unsupported, match="train_unembed=False"):
+        host.merged_weights(host.create("t:train:9", LoraSpec(2, ATTN + UNEMBED)))
+
+
+def _plain_logprobs(model, tokens: list[int]) -> np.ndarray:
+    from skyhub.trainer.learner import token_logprobs
+
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([tokens[:-1]])).logits[0]
+    return token_logprobs(logits, torch.tensor(tokens[1:])).numpy()

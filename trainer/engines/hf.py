@@ -98,12 +98,13 @@ class HFEngine:
         stop_ids = set(params.stop_token_ids)
         cache = DynamicCache()
         step_ids, positions = ids, (mask.cumsum(-1) - 1).clamp(min=0)
+        cache_kw = {_cache_arg(self.model): cache}
         for _ in range(params.max_tokens):
             with self._lock:  # weights change only between steps
                 version = self.version
                 logits = self.model(input_ids=step_ids, attention_mask=mask,
-                                    position_ids=positions, cache=cache,
-                                    use_cache=True).logits[:, -1, :].float()
+                                    position_ids=positions, use_cache=True,
+                                    **cache_kw).logits[:, -1, :].float()
             tokens, logps = _sample(logits, params, [gens[r] for r in rows])
             keep: list[int] = []
             for b, r in enumerate(rows):
@@ -137,6 +138,16 @@ class HFEngine:
 
     def close(self) -> None:
         pass
+
+
+def _cache_arg(model: Any) -> str:
+    """The forward argument that takes the KV cache: `cache` in newer transformers,
+    `past_key_values` before (vLLM pins such a version). Passing the wrong one is silently
+    swallowed by `**kwargs`, and every step would then see only its newest token."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def _sample(logits: Tensor, params: SamplingParams, gens: list[torch.Generator]

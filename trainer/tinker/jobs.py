@@ -108,6 +108,9 @@ class Jobs:
             self._closed = True
             self._lock.notify_all()
 
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
     # ------------------------------------------------------------------ the worker
     def _next(self) -> list[Job] | None:
         """The next owner's next job, with the jobs queued right behind it that batch with

@@ -35,7 +35,7 @@ TINY_TEXT = ("The quick brown fox jumps over the lazy dog. Tinker scripts train 
              "0 1 2 3 4 5 6 7 8 9 + - * / = ( ) [ ] { } < > , . ; : ! ? ' \" ")
 
 
-def tiny_base_model(directory: str | Path, seed: int = 0) -> str:
+def tiny_base_model(directory: str | Path, seed: int = 0, tie_embeddings: bool = True) -> str:
     """Write a tiny random Qwen2 model and its BPE tokenizer (chat template, EOS `<|end|>`)
     to `directory` and return its path: a base model for tests and demos that needs no
     download. It learns fast on a CPU, but knows nothing to start with."""
@@ -44,7 +44,7 @@ def tiny_base_model(directory: str | Path, seed: int = 0) -> str:
     out = Path(directory)
     if not (out / "tokenizer" / "tokenizer.json").is_file():
         tokenizer = train_tokenizer([TINY_TEXT] * 4)
-        model = tiny_model(len(tokenizer), seed=seed)
+        model = tiny_model(len(tokenizer), seed=seed, tie_embeddings=tie_embeddings)
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
         # its own folder: beside a qwen2 config.json, AutoTokenizer would load it as a
@@ -105,7 +105,7 @@ class ModelHost:
     """The base model and every client's trainable weights on top of it."""
 
     def __init__(self, base_model: str, *, name: str | None = None, device: str | None = None,
-                 dtype: str = "auto") -> None:
+                 dtype: str = "auto", engine: str = "hf") -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.path = base_model  # what transformers loads
@@ -132,6 +132,9 @@ class ModelHost:
         # one scratch adapter per LoRA shape, holding the snapshot last sampled from
         self._scratch: dict[tuple[int, tuple[str, ...]], tuple[str, int]] = {}
         self._full_sampler: Any = None
+        self.engine = engine
+        self._vllm: Any = None  # the VLLMEngine, made on the first sample
+        self._vllm_loaded: Any = None  # whose weights it holds
         self._counter = 0
 
     # ------------------------------------------------------------------ creation
@@ -373,18 +376,21 @@ class ModelHost:
         with seed s + i, so a seeded request gives the same samples in any batch."""
         from skyhub.trainer.engines.hf import HFEngine
 
-        module = self.sampler_module(source)
-        was_training = module.training
-        module.eval()
         prompts, seeds = [], []
         for it in items:
             base = it.seed if it.seed is not None else int(torch.randint(0, 2**31, ()).item())
             prompts += [it.prompt] * it.n
             seeds += [base + i for i in range(it.n)]
+        module = self.sampler_module(source)
+        was_training = module.training
+        module.eval()
         try:
             plps = [self._prompt_logprobs(module, it.prompt) if it.prompt_logprobs else None
                     for it in items]
-            done = iter(HFEngine(module, self.tokenizer).generate(prompts, params, seeds))
+            if self.engine == "vllm":
+                done = iter(self._vllm_generate(source, prompts, params, seeds))
+            else:
+                done = iter(HFEngine(module, self.tokenizer).generate(prompts, params, seeds))
         finally:
             module.train(was_training)
             if source is None and self.peft is not None:
@@ -394,6 +400,62 @@ class ModelHost:
             seqs = [next(done) for _ in range(it.n)]
             out.append(([(c.token_ids, c.logprobs, c.finish_reason) for c in seqs], plp))
         return out
+
+    # ------------------------------------------------------------------ vLLM
+    def _vllm_generate(self, source: TrainingModel | Snapshot | None, prompts: list[list[int]],
+                       params: Any, seeds: list[int]) -> list[Any]:
+        """Sample with vLLM: `source`'s weights, with its LoRA adapter merged into the base
+        weights, are loaded into the engine first unless it already holds them."""
+        if params.stop:
+            raise Unsupported("--engine vllm samples with token-id stops only; pass "
+                              "stop=[token ids] (or start the server with --engine hf)")
+        if self._vllm is None:
+            from skyhub.trainer.engines.vllm import VLLMEngine
+
+            self._vllm = VLLMEngine(self.path, seed=0, max_model_len=self.max_length,
+                                    dtype=str(self.dtype).removeprefix("torch."))
+        if isinstance(source, TrainingModel):
+            key: Any = (source.model_id, source.steps)
+        else:
+            key = "base" if source is None else source.key
+        if key != self._vllm_loaded:
+            self._vllm.update_weights(self.merged_weights(source), self._vllm.version + 1)
+            self._vllm_loaded = key
+        return self._vllm.generate(prompts, params, seeds)
+
+    @torch.no_grad()
+    def merged_weights(self, source: TrainingModel | Snapshot | None) -> dict[str, torch.Tensor]:
+        """The base model's weights, under transformers' names, with `source`'s weights in:
+        a LoRA adapter merged into the layers it wraps (W + B @ A; lora_alpha = rank makes
+        the scale 1), or a full fine-tune's weights as they are."""
+        if isinstance(source, TrainingModel) and source.lora is None:
+            return dict(source.module.state_dict())
+        if isinstance(source, Snapshot) and source.lora is None:
+            return dict(source.weights)
+        weights = {k.replace(".base_layer.", "."): v for k, v in self.base.state_dict().items()
+                   if ".lora_" not in k}
+        if source is None:
+            return weights
+        if "lm_head" in source.lora.targets and getattr(self.base.config,
+                                                        "tie_word_embeddings", False):
+            raise Unsupported("--engine vllm cannot sample a LoRA on the unembedding of a "
+                              "model with tied embeddings; create the training client with "
+                              "train_unembed=False (or serve with --engine hf)")
+        lora = self.trainable_state(source) if isinstance(source, TrainingModel) \
+            else source.weights
+        for name, a in lora.items():
+            if ".lora_A." not in name:
+                continue
+            layer = name[:name.index(".lora_A.")].removeprefix("base_model.model.")
+            b = lora[name.replace(".lora_A.", ".lora_B.")]
+            w = weights[f"{layer}.weight"]
+            weights[f"{layer}.weight"] = w + (b.to(w) @ a.to(w))
+        return weights
+
+    def close(self) -> None:
+        if self._vllm is not None:
+            self._vllm.close()
+            self._vllm = None
 
     @torch.no_grad()
     def _prompt_logprobs(self, module: Any, prompt: list[int]) -> list[float]:

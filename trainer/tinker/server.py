@@ -55,19 +55,25 @@ class TinkerService:
 
             torch.set_num_threads(threads)
 
-        if engine != "hf":
+        if engine not in ("hf", "vllm"):
             from skyhub.errors import UsageError
 
-            raise UsageError(f"--engine {engine!r}: the Tinker server samples with the `hf` "
-                             "engine for now (vLLM sampling of per-client LoRA adapters is not "
-                             "built yet); use --engine hf")
+            raise UsageError(f"--engine {engine!r}: use hf or vllm")
+        if engine == "vllm":
+            try:
+                import vllm  # noqa: F401
+            except ImportError:
+                from skyhub.errors import UsageError
+
+                raise UsageError("--engine vllm needs vLLM: `bash scripts/vllm-venv.sh`, then "
+                                 "run the server from .venv-vllm (or use --engine hf)") from None
         self.state_dir = Path(state_dir)
         (self.state_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         if base_model == "tiny":  # a tiny random model, made in the state dir
             self.host = ModelHost(tiny_base_model(self.state_dir / "tiny-base"), name="tiny",
-                                  device=device)
+                                  device=device, engine=engine)
         else:
-            self.host = ModelHost(base_model, device=device)
+            self.host = ModelHost(base_model, device=device, engine=engine)
         self.api_key = api_key
         self.jobs = Jobs(max_batch=max_batch)
         self.sessions: dict[str, set[str]] = {}  # session id -> its model ids
@@ -75,6 +81,12 @@ class TinkerService:
         self.ephemeral: dict[str, list[str]] = {}  # model id -> its unnamed sampler ids
         self._joins = itertools.count(1)
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the worker (after the job it is running) and any vLLM engine."""
+        self.jobs.close()
+        self.jobs.join(timeout=60)
+        self.host.close()
 
     # ------------------------------------------------------------------ paths
     def checkpoint_dir(self, path: str) -> tuple[Path, str, str]:
@@ -149,6 +161,10 @@ class TinkerService:
     def forward_backward(self, call: Any) -> dict[str, Any]:
         from skyhub.trainer.tinker.wire import encode_forward_backward
 
+        owner = self.owner_of(call.model_id)
+        if call.problem:
+            return self.fail(owner, call.problem, model_id=call.model_id)
+
         def run() -> Outcome:
             if not call.data:
                 raise Unsupported("forward_backward got no data")
@@ -157,7 +173,7 @@ class TinkerService:
                 model, call.data, call.loss_fn, call.config, backward=not call.forward_only)
             return Outcome(proto=encode_forward_backward(outputs, metrics))
 
-        return self.submit(self.owner_of(call.model_id), run, model_id=call.model_id)
+        return self.submit(owner, run, model_id=call.model_id)
 
     def optim_step(self, req: Any) -> dict[str, Any]:
         p = req.optim_params
@@ -471,8 +487,6 @@ def create_app(service: TinkerService) -> Any:
         try:
             call = decode_forward_backward(await request.body(),
                                            request.headers.get("content-encoding"))
-        except Unsupported:
-            raise
         except Exception as e:
             return error(400, f"forward_backward: the body is not a ForwardBackwardRequest "
                               f"protobuf ({e})")
@@ -603,7 +617,7 @@ class TinkerServerThread:
     def close(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
-        self.service.jobs.close()
+        self.service.close()
 
     def __enter__(self) -> TinkerServerThread:
         return self.start()

@@ -34,6 +34,7 @@ class FwdBwdCall:
     forward_only: bool
     data: list[WireDatum]
     config: dict[str, float | str] = field(default_factory=dict)
+    problem: str | None = None  # what this server cannot do with a well-formed request
 
 
 def _pb() -> Any:
@@ -70,8 +71,9 @@ def _tensor(pb: Any, msg: Any, name: str) -> np.ndarray:
 
 
 def decode_forward_backward(body: bytes, encoding: str | None) -> FwdBwdCall:
-    """Parse the body of `POST /api/v1/forward_backward` (raises `ValueError` if it is not
-    a ForwardBackwardRequest, `Unsupported` for image/audio chunks)."""
+    """Parse the body of `POST /api/v1/forward_backward`: raises `ValueError` if it is not
+    a ForwardBackwardRequest; what this server cannot do (image or audio chunks, a dtype)
+    is the call's `problem`, for its future to fail with."""
     if encoding == "zstd":
         import zstandard
 
@@ -84,21 +86,26 @@ def decode_forward_backward(body: bytes, encoding: str | None) -> FwdBwdCall:
     config: dict[str, float | str] = {k: float(v) for k, v in msg.loss_fn_config.items()}
     for k, v in msg.loss_fn_config_v2.items():
         config[k] = v.text if v.WhichOneof("value") == "text" else float(v.number)
-    data = []
-    for d in msg.data:
-        tokens: list[int] = []
-        for chunk in d.model_input:
-            kind = chunk.WhichOneof("chunk")
-            if kind is None:  # an empty token chunk
-                continue
-            if kind != "encoded_text":
-                raise Unsupported(f"model input chunks of type {kind!r}: this server trains "
-                                  "text models; send token chunks (ModelInput.from_ints)")
-            tokens += np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist()
-        inputs = {name: _tensor(pb, t, name) for name, t in d.loss_fn_inputs.items()}
-        data.append(WireDatum(tokens, inputs))
+    try:
+        data, problem = [_datum(pb, d) for d in msg.data], None
+    except Unsupported as e:
+        data, problem = [], str(e)
     return FwdBwdCall(msg.model_id, int(msg.seq_id), msg.loss_fn, bool(msg.forward_only),
-                      data, config)
+                      data, config, problem)
+
+
+def _datum(pb: Any, d: Any) -> WireDatum:
+    tokens: list[int] = []
+    for chunk in d.model_input:
+        kind = chunk.WhichOneof("chunk")
+        if kind is None:  # an empty token chunk
+            continue
+        if kind != "encoded_text":
+            raise Unsupported(f"model input chunks of type {kind!r}: this server trains "
+                              "text models; send token chunks (ModelInput.from_ints)")
+        tokens += np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist()
+    inputs = {name: _tensor(pb, t, name) for name, t in d.loss_fn_inputs.items()}
+    return WireDatum(tokens, inputs)
 
 
 def encode_forward_backward(outputs: list[dict[str, np.ndarray]],
