@@ -36,6 +36,8 @@ def serve_cmd(
         show_default=False)] = None,
     threads: Annotated[int | None, typer.Option(
         help="CPU threads for torch (default: torch's choice).", show_default=False)] = None,
+    max_batch: Annotated[int, typer.Option(
+        help="Sample requests of one sampler run together in one generation, at most.")] = 64,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve the Tinker API (training clients, sampling clients, checkpoints) on HOST:PORT.
@@ -53,4 +55,4 @@ def serve_cmd(
     typer.echo(f"serving {base_model} as a Tinker API on http://{host}:{port} "
                f"(checkpoints in {state_dir})", err=True)
     serve(base_model, host=host, port=port, state_dir=state_dir, engine=engine,
-          api_key=api_key, threads=threads, log_level=log_level)
+          api_key=api_key, threads=threads, max_batch=max_batch, log_level=log_level)

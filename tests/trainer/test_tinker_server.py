@@ -482,3 +482,72 @@ def test_unsupported_requests_fail_clearly_and_server_keeps_serving(service, bas
     before = eval_loss(tc, data)
     sft_step(tc, data, lr=5e-3)
     assert eval_loss(tc, data) < before
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. custom losses (computed by the SDK) and full fine-tuning
+
+
+def test_custom_losses_run_through_the_sdk(service, base_model, tok):
+    """`forward_backward_custom` computes the loss in the client and sends its gradient
+    back as cross-entropy weights: the server's per-token logprobs must carry it."""
+    import torch
+
+    tc = service.create_lora_training_client(base_model=base_model, rank=8, seed=0).result()
+    data = sft_data(tok, SFT_A[:2])
+
+    def neg_ll(batch: list[types.Datum], logprobs: list[torch.Tensor]):
+        loss = sum((-lp * d.loss_fn_inputs["weights"].to_torch()).sum()
+                   for d, lp in zip(batch, logprobs, strict=True))
+        return loss, {"nll:sum": float(loss)}
+
+    seen = []
+    for _ in range(8):
+        out = tc.forward_backward_custom(data, neg_ll).result()
+        tc.optim_step(types.AdamParams(learning_rate=5e-3)).result()
+        seen.append(out.metrics["nll:sum"])
+    assert seen[-1] < 0.7 * seen[0]
+    assert seen[-1] == pytest.approx(eval_loss(tc, data) * total_weight(data), rel=0.2)
+
+
+def test_a_create_model_request_without_lora_is_full_fine_tuning(service, base_model, tok):
+    """The SDK only asks for LoRA clients; a raw `create_model` without `lora_config` (what
+    the protocol allows) trains every weight. The SDK's TrainingClient then drives it."""
+    from tinker.lib.public_interfaces.training_client import TrainingClient
+
+    holder = service.holder
+    seq = holder.get_training_client_id()
+    session = holder.get_session_id()
+
+    async def create() -> Any:
+        with holder.aclient(_train_pool()) as client:
+            return await client.models.create(request=types.CreateModelRequest(
+                session_id=session, model_seq_id=seq, base_model=base_model))
+
+    untyped = holder.run_coroutine_threadsafe(create()).result()
+    model_id = f"{session}:train:{seq}"
+    from tinker.lib.api_future_impl import _APIFuture
+
+    async def wait() -> Any:
+        return await _APIFuture(types.CreateModelResponse, holder, untyped,
+                                request_start_time=0.0, request_type="CreateModel")
+
+    assert holder.run_coroutine_threadsafe(wait()).result().model_id == model_id
+    info = holder.run_coroutine_threadsafe(_info(holder, model_id)).result()
+    assert info.is_lora is False and info.lora_rank is None
+    tc = TrainingClient(holder, model_seq_id=seq, model_id=model_id, info=info)
+    data = sft_data(tok, SFT_B[:2])
+    losses = [sft_step(tc, data, 1e-3) for _ in range(8)]
+    assert losses[-1] < losses[0] / 2
+
+
+def _train_pool() -> Any:
+    from tinker.lib.client_connection_pool_type import ClientConnectionPoolType
+
+    return ClientConnectionPoolType.TRAIN
+
+
+async def _info(holder: Any, model_id: str) -> Any:
+    from tinker.lib.public_interfaces.training_client import fetch_training_info
+
+    return await fetch_training_info(holder, model_id)

@@ -559,7 +559,7 @@ def create_app(service: TinkerService) -> Any:
 # ---------------------------------------------------------------------- running it
 def serve(base_model: str, *, host: str = "127.0.0.1", port: int = 8000,
           state_dir: str | Path = "tinker-state", engine: str = "hf",
-          api_key: str | None = None, threads: int | None = None,
+          api_key: str | None = None, threads: int | None = None, max_batch: int = 64,
           log_level: str = "info") -> None:
     """Serve until interrupted. A non-loopback `host` needs an API key (`--api-key` or
     `$SKYHUB_TINKER_API_KEY`): anyone who reaches the port could train and sample."""
@@ -575,7 +575,7 @@ def serve(base_model: str, *, host: str = "127.0.0.1", port: int = 8000,
                          "--api-key tml-SECRET (or set SKYHUB_TINKER_API_KEY), or bind to "
                          "127.0.0.1")
     service = TinkerService(base_model, state_dir, engine=engine, api_key=api_key,
-                            threads=threads)
+                            threads=threads, max_batch=max_batch)
     uvicorn.run(create_app(service), host=host, port=port, log_level=log_level)
 
 
