@@ -373,7 +373,41 @@ def serve(env_ids: Sequence[str], host: str = "127.0.0.1", port: int = 8000,
     uvicorn.Server(_uvicorn_config(app, host, port, max_message_bytes, log_level)).run()
 
 
-class ServerThread:
+class UvicornThread:
+    """A uvicorn server in a daemon thread of this process: `start` returns once it listens
+    (with `port=0`, `port` is then the one it got); `stop` ends it. A context manager."""
+
+    def __init__(self, server: Any, host: str, port: int, name: str) -> None:
+        self.server, self.host, self.port = server, host, port
+        self.thread = threading.Thread(target=self.server.run, daemon=True, name=name)
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> Any:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server on {self.host}:{self.port} did not start "
+                                   "(port in use? see the log above)")
+            time.sleep(0.01)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ServerThread(UvicornThread):
     """A server in a background thread of this process (tests, benchmarks, notebooks):
 
         with ServerThread(["toy-lookup"]) as srv:
@@ -389,13 +423,11 @@ class ServerThread:
         import uvicorn
 
         check_bind(host, token)
-        self.host = host
         self.app = create_app(env_ids, token=token, **app_kwargs)
         max_bytes = app_kwargs.get("max_message_bytes", 1_000_000)
-        self.server = uvicorn.Server(_uvicorn_config(self.app, host, port, max_bytes, log_level))
-        self.port = port
-        self.thread = threading.Thread(target=self.server.run, daemon=True,
-                                       name="skyhub-server")
+        super().__init__(uvicorn.Server(_uvicorn_config(self.app, host, port, max_bytes,
+                                                        log_level)),
+                         host, port, "skyhub-server")
 
     @property
     def hub(self) -> _Hub:
@@ -404,28 +436,3 @@ class ServerThread:
     @property
     def url(self) -> str:
         return f"ws://{self.host}:{self.port}"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the skyhub server on {self.host}:{self.port} did not start "
-                                   "(port in use? see the log above)")
-            time.sleep(0.01)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-    def __enter__(self) -> ServerThread:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

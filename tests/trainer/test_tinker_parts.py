@@ -314,3 +314,35 @@ def _plain_logprobs(model, tokens: list[int]) -> np.ndarray:
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([tokens[:-1]])).logits[0]
     return token_logprobs(logits, torch.tensor(tokens[1:])).numpy()
+
+
+# ---------------------------------------------------------------------- serving
+def test_the_serve_command_refuses_unsafe_or_unusable_settings(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    skyhub = Path(sys.executable).parent / "skyhub"
+    cases = [(["--host", "0.0.0.0"], "without an API key"),
+             (["--api-key", "secret"], "must start with 'tml-'"),
+             (["--engine", "trt"], "use hf or vllm"),
+             (["--base-model", str(tmp_path / "nowhere")], "could not load --base-model")]
+    for extra, message in cases:
+        args = ["tinker", "serve", "--base-model", "tiny", "--state-dir", str(tmp_path / "s"),
+                *extra]
+        r = subprocess.run([str(skyhub), *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and message in r.stderr, (extra, r.stderr[-2000:])
+
+
+def test_a_server_with_an_api_key_refuses_other_keys(tmp_path: Path) -> None:
+    import tinker
+
+    from skyhub.trainer.tinker import TinkerServerThread
+
+    with TinkerServerThread("tiny", tmp_path, api_key="tml-right", threads=1) as srv:
+        with pytest.raises(tinker.AuthenticationError, match="wrong or missing API key"):
+            tinker.ServiceClient(base_url=srv.url, api_key="tml-wrong") \
+                .create_lora_training_client(base_model="tiny", rank=2).result()
+        sc = tinker.ServiceClient(base_url=srv.url, api_key="tml-right")
+        tc = sc.create_lora_training_client(base_model="tiny", rank=2).result()
+        assert tc.get_info().model_data.model_name == "tiny"
+        assert tc.get_tokenizer().decode(tc.get_tokenizer().encode(" lazy dog")) == "lazy dog"

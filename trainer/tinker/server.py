@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from urllib.parse import quote
 
 from fastapi import Request  # module level: FastAPI resolves route annotations here
 
+from skyhub.remote.server import UvicornThread, is_loopback
 from skyhub.trainer.tinker.errors import Unsupported
 from skyhub.trainer.tinker.jobs import Jobs, Outcome
 
@@ -149,7 +149,8 @@ class TinkerService:
         with self._lock:
             self.sessions.setdefault(session_id, set()).add(model_id)
 
-    def info(self, model_id: str) -> dict[str, Any]:
+    def info(self, req: Any) -> dict[str, Any]:
+        model_id = req.model_id
         model = self.host.get(model_id)
         lora = model.lora
         return {"type": "get_info", "model_id": model_id, "model_name": self.host.name,
@@ -375,6 +376,14 @@ class TinkerService:
             self.jobs.submit(session_id, run)
 
 
+def _route(request_type: Any, handle: Any) -> Any:
+    """A route that parses the body as `request_type` and returns `handle(request)`."""
+    async def route(request: Request) -> Any:
+        return handle(request_type.model_validate(await request.json()))
+
+    return route
+
+
 class _Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         self.status, self.message = status, message
@@ -426,9 +435,6 @@ def create_app(service: TinkerService) -> Any:
     async def unsupported(request: Request, e: Unsupported) -> JSONResponse:
         return error(400, str(e))
 
-    async def parse(request: Request, model: Any) -> Any:
-        return model.model_validate(await request.json())
-
     @app.get(v1 + "/healthz")
     async def healthz() -> dict:
         return {"status": "ok"}
@@ -455,7 +461,7 @@ def create_app(service: TinkerService) -> Any:
 
     @app.post(v1 + "/create_session")
     async def create_session(request: Request) -> dict:
-        await parse(request, types.CreateSessionRequest)
+        types.CreateSessionRequest.model_validate(await request.json())
         session_id = f"s{uuid.uuid4().hex[:16]}"
         with service._lock:
             service.sessions[session_id] = set()
@@ -474,13 +480,20 @@ def create_app(service: TinkerService) -> Any:
     async def telemetry() -> dict:
         return {"status": "accepted"}
 
-    @app.post(v1 + "/create_model")
-    async def create_model(request: Request) -> dict:
-        return service.create_model(await parse(request, types.CreateModelRequest))
-
-    @app.post(v1 + "/get_info")
-    async def get_info(request: Request) -> dict:
-        return service.info((await parse(request, types.GetInfoRequest)).model_id)
+    # routes whose body is one of the SDK's request types: parse it, hand it to the service
+    # (work is answered with its request id, for the SDK to poll)
+    work = {"create_model": (types.CreateModelRequest, service.create_model),
+            "optim_step": (types.OptimStepRequest, service.optim_step),
+            "save_weights": (types.SaveWeightsRequest, service.save_weights),
+            "load_weights": (types.LoadWeightsRequest, service.load_weights),
+            "save_weights_for_sampler": (types.SaveWeightsForSamplerRequest,
+                                         service.save_for_sampler),
+            "create_sampling_session": (types.CreateSamplingSessionRequest,
+                                        service.create_sampler),
+            "get_info": (types.GetInfoRequest, service.info),
+            "asample": (types.SampleRequest, service.sample)}
+    for name, (request_type, handle) in work.items():
+        app.post(f"{v1}/{name}")(_route(request_type, handle))
 
     @app.post(v1 + "/forward_backward")
     async def forward_backward(request: Request) -> Any:
@@ -492,29 +505,9 @@ def create_app(service: TinkerService) -> Any:
                               f"protobuf ({e})")
         return service.forward_backward(call)
 
-    @app.post(v1 + "/optim_step")
-    async def optim_step(request: Request) -> dict:
-        return service.optim_step(await parse(request, types.OptimStepRequest))
-
-    @app.post(v1 + "/save_weights")
-    async def save_weights(request: Request) -> dict:
-        return service.save_weights(await parse(request, types.SaveWeightsRequest))
-
-    @app.post(v1 + "/load_weights")
-    async def load_weights(request: Request) -> dict:
-        return service.load_weights(await parse(request, types.LoadWeightsRequest))
-
-    @app.post(v1 + "/save_weights_for_sampler")
-    async def save_for_sampler(request: Request) -> dict:
-        return service.save_for_sampler(await parse(request, types.SaveWeightsForSamplerRequest))
-
-    @app.post(v1 + "/create_sampling_session")
-    async def create_sampling_session(request: Request) -> dict:
-        return service.create_sampler(await parse(request, types.CreateSamplingSessionRequest))
-
     @app.post(v1 + "/join_sampling_session")
     async def join_sampling_session(request: Request) -> dict:
-        req = await parse(request, types.JoinSamplingSessionRequest)
+        req = types.JoinSamplingSessionRequest.model_validate(await request.json())
         service.sampler(req.sampling_session_id)
         return {"type": "join_sampling_session", "client_counter": next(service._joins)}
 
@@ -523,17 +516,13 @@ def create_app(service: TinkerService) -> Any:
         _, path = service.sampler(sampler_id)
         return {"sampler_id": sampler_id, "base_model": service.host.name, "model_path": path}
 
-    @app.post(v1 + "/asample")
-    async def asample(request: Request) -> dict:
-        return service.sample(await parse(request, types.SampleRequest))
-
     @app.post(v1 + "/cancel_future")
     async def cancel_future() -> Response:
         return Response(status_code=204)
 
     @app.post(v1 + "/retrieve_future")
     async def retrieve_future(request: Request) -> Any:
-        req = await parse(request, types.FutureRetrieveRequest)
+        req = types.FutureRetrieveRequest.model_validate(await request.json())
         if not service.jobs.known(req.request_id):
             return error(404, f"unknown request id {req.request_id!r} (the server restarted "
                               "or forgot it); send the request again")
@@ -565,9 +554,12 @@ def serve(base_model: str, *, host: str = "127.0.0.1", port: int = 8000,
     `$SKYHUB_TINKER_API_KEY`): anyone who reaches the port could train and sample."""
     import uvicorn
 
-    from skyhub.remote.server import is_loopback
-
     api_key = api_key or os.environ.get("SKYHUB_TINKER_API_KEY") or None
+    if api_key and not api_key.startswith("tml-"):
+        from skyhub.errors import UsageError
+
+        raise UsageError("the API key must start with 'tml-': the tinker SDK refuses to send "
+                         "any other (e.g. --api-key tml-mysecret)")
     if not api_key and not is_loopback(host):
         from skyhub.errors import UsageError
 
@@ -579,7 +571,7 @@ def serve(base_model: str, *, host: str = "127.0.0.1", port: int = 8000,
     uvicorn.run(create_app(service), host=host, port=port, log_level=log_level)
 
 
-class TinkerServerThread:
+class TinkerServerThread(UvicornThread):
     """The server in a background thread (tests, notebooks):
 
         with TinkerServerThread(base_model=path, state_dir=tmp) as srv:
@@ -593,34 +585,14 @@ class TinkerServerThread:
 
         self.service = TinkerService(base_model, state_dir, engine=engine, api_key=api_key,
                                      threads=threads, max_batch=max_batch)
-        self.host, self.port = host, port
         config = uvicorn.Config(create_app(self.service), host=host, port=port,
                                 log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True,
-                                       name="skyhub-tinker")
+        super().__init__(uvicorn.Server(config), host, port, "skyhub-tinker")
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.http_url
 
-    def start(self, timeout: float = 60.0) -> TinkerServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the Tinker server on {self.host}:{self.port} did not start")
-            time.sleep(0.01)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        return self
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+    def stop(self) -> None:
+        super().stop()
         self.service.close()
-
-    def __enter__(self) -> TinkerServerThread:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
