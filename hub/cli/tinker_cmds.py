@@ -38,6 +38,9 @@ def serve_cmd(
         help="CPU threads for torch (default: torch's choice).", show_default=False)] = None,
     max_batch: Annotated[int, typer.Option(
         help="Sample requests of one sampler run together in one generation, at most.")] = 64,
+    session_ttl: Annotated[float, typer.Option(
+        help="Seconds without a heartbeat after which a client's session ends and its "
+             "models are freed (the SDK sends one every 10 s).")] = 600,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve the Tinker API (training clients, sampling clients, checkpoints) on HOST:PORT.
@@ -55,4 +58,5 @@ def serve_cmd(
     typer.echo(f"serving {base_model} as a Tinker API on http://{host}:{port} "
                f"(checkpoints in {state_dir})", err=True)
     serve(base_model, host=host, port=port, state_dir=state_dir, engine=engine,
-          api_key=api_key, threads=threads, max_batch=max_batch, log_level=log_level)
+          api_key=api_key, threads=threads, max_batch=max_batch, session_ttl_s=session_ttl,
+          log_level=log_level)

@@ -346,3 +346,23 @@ def test_a_server_with_an_api_key_refuses_other_keys(tmp_path: Path) -> None:
         tc = sc.create_lora_training_client(base_model="tiny", rank=2).result()
         assert tc.get_info().model_data.model_name == "tiny"
         assert tc.get_tokenizer().decode(tc.get_tokenizer().encode(" lazy dog")) == "lazy dog"
+
+
+def test_sessions_that_go_silent_are_ended_and_their_models_freed(tmp_path: Path) -> None:
+    import tinker
+
+    from skyhub.trainer.tinker import TinkerServerThread
+
+    with TinkerServerThread("tiny", tmp_path, threads=1, session_ttl_s=1.0) as srv:
+        gone = tinker.ServiceClient(base_url=srv.url, api_key="tml-a")
+        tc = gone.create_lora_training_client(base_model="tiny", rank=2).result()
+        assert len(srv.service.host.models) == 1
+        time.sleep(1.5)  # no heartbeat yet: the SDK sends its first after 10 s
+        live = tinker.ServiceClient(base_url=srv.url, api_key="tml-b")
+        other = live.create_lora_training_client(base_model="tiny", rank=2).result()
+        assert list(srv.service.host.models) == [other.model_id]
+        datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6]),
+                            loss_fn_inputs={"target_tokens": [6, 7]})
+        with pytest.raises(tinker.RequestFailedError, match="session ended"):
+            tc.forward([datum], "cross_entropy").result()
+        assert other.forward([datum], "cross_entropy").result().metrics["loss:sum"] > 0

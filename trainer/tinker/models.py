@@ -97,8 +97,6 @@ class TrainingModel:
     params: dict[str, torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
     steps: int = 0
-    pending_grads: bool = False
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class ModelHost:
@@ -148,16 +146,22 @@ class ModelHost:
         if model_id in self.models:
             return self.models[model_id]
         self._counter += 1
-        if lora is None:
-            module = self._fresh_base()
-            params = {n: p for n, p in module.named_parameters()}
-            adapter = None
-        else:
-            adapter = f"m{self._counter}"
-            if lora.seed is not None:
-                torch.manual_seed(lora.seed)
-            module = self._add_adapter(adapter, lora)
-            params = {n: p for n, p in module.named_parameters() if f".{adapter}." in n}
+        try:
+            if lora is None:  # full fine-tuning: a float32 copy of its own, and Adam's state
+                module = self._fresh_base()
+                params = {n: p for n, p in module.named_parameters()}
+                adapter = None
+            else:
+                adapter = f"m{self._counter}"
+                with torch.random.fork_rng(devices=[]):  # a seed for this adapter only
+                    if lora.seed is not None:
+                        torch.manual_seed(lora.seed)
+                    module = self._add_adapter(adapter, lora)
+                params = {n: p for n, p in module.named_parameters() if f".{adapter}." in n}
+        except torch.OutOfMemoryError:
+            raise Unsupported(f"no memory left for a {'LoRA' if lora else 'full fine-tuning'} "
+                              "client on this machine; use LoRA (or a smaller rank), or end "
+                              "other sessions") from None
         optimizer = torch.optim.AdamW(params.values(), lr=1e-4, betas=(0.9, 0.95), eps=1e-12,
                                       weight_decay=0.0)
         model = TrainingModel(model_id, lora, module, adapter, params, optimizer)
@@ -231,7 +235,6 @@ class ModelHost:
                 outputs.append({"logprobs": logp.detach().float().cpu().numpy()})
             if backward:
                 loss_sum.backward()
-                model.pending_grads = True
             total = float(loss_sum.detach())
         return outputs, {"loss:sum": total}
 
@@ -273,7 +276,6 @@ class ModelHost:
         model.optimizer.step()
         model.optimizer.zero_grad(set_to_none=True)
         model.steps += 1
-        model.pending_grads = False
         return {"grad_norm:mean": float(norm), "learning_rate:mean": lr}
 
     # ------------------------------------------------------------------ weights

@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,8 @@ class TinkerService:
 
     def __init__(self, base_model: str, state_dir: str | Path, *, engine: str = "hf",
                  device: str | None = None, api_key: str | None = None,
-                 threads: int | None = None, max_batch: int = 64) -> None:
+                 threads: int | None = None, max_batch: int = 64,
+                 session_ttl_s: float = 600.0) -> None:
         from skyhub.trainer.tinker.models import ModelHost, tiny_base_model
 
         if threads:  # CPU: small models run faster on fewer threads when the machine is busy
@@ -77,6 +79,8 @@ class TinkerService:
         self.api_key = api_key
         self.jobs = Jobs(max_batch=max_batch)
         self.sessions: dict[str, set[str]] = {}  # session id -> its model ids
+        self.last_seen: dict[str, float] = {}  # session id -> time of its last request
+        self.session_ttl_s = session_ttl_s
         self.samplers: dict[str, tuple[Any, str | None]] = {}  # id -> (source, model_path)
         self.ephemeral: dict[str, list[str]] = {}  # model id -> its unnamed sampler ids
         self._joins = itertools.count(1)
@@ -148,6 +152,18 @@ class TinkerService:
     def _remember(self, session_id: str, model_id: str) -> None:
         with self._lock:
             self.sessions.setdefault(session_id, set()).add(model_id)
+
+    def touch(self, session_id: str) -> None:
+        """A session is alive (it sent a heartbeat or a request); sessions silent for longer
+        than `session_ttl_s` (the SDK heartbeats every 10 s) are ended, freeing their models:
+        a client that crashed does not hold its adapters forever."""
+        now = time.monotonic()
+        with self._lock:
+            self.last_seen[session_id] = now
+            self.sessions.setdefault(session_id, set())
+            stale = [s for s, t in self.last_seen.items() if now - t > self.session_ttl_s]
+        for s in stale:
+            self.finish_session(s)
 
     def info(self, req: Any) -> dict[str, Any]:
         model_id = req.model_id
@@ -364,8 +380,13 @@ class TinkerService:
         return None
 
     def finish_session(self, session_id: str) -> None:
+        """Free the session's training clients and their unnamed sampler snapshots."""
         with self._lock:
             model_ids = self.sessions.pop(session_id, set())
+            self.last_seen.pop(session_id, None)
+            for model_id in model_ids:
+                for sampler_id in self.ephemeral.pop(model_id, []):
+                    self.samplers.pop(sampler_id, None)
 
         def run() -> Outcome:
             for model_id in model_ids:
@@ -463,12 +484,13 @@ def create_app(service: TinkerService) -> Any:
     async def create_session(request: Request) -> dict:
         types.CreateSessionRequest.model_validate(await request.json())
         session_id = f"s{uuid.uuid4().hex[:16]}"
-        with service._lock:
-            service.sessions[session_id] = set()
+        service.touch(session_id)
         return {"type": "create_session", "session_id": session_id}
 
     @app.post(v1 + "/session_heartbeat")
-    async def heartbeat() -> dict:
+    async def heartbeat(request: Request) -> dict:
+        req = types.SessionHeartbeatRequest.model_validate(await request.json())
+        service.touch(req.session_id)
         return {"type": "session_heartbeat"}
 
     @app.post(v1 + "/sessions/{session_id}/finish")
@@ -549,7 +571,7 @@ def create_app(service: TinkerService) -> Any:
 def serve(base_model: str, *, host: str = "127.0.0.1", port: int = 8000,
           state_dir: str | Path = "tinker-state", engine: str = "hf",
           api_key: str | None = None, threads: int | None = None, max_batch: int = 64,
-          log_level: str = "info") -> None:
+          session_ttl_s: float = 600.0, log_level: str = "info") -> None:
     """Serve until interrupted. A non-loopback `host` needs an API key (`--api-key` or
     `$SKYHUB_TINKER_API_KEY`): anyone who reaches the port could train and sample."""
     import uvicorn
@@ -567,7 +589,7 @@ def serve(base_model: str, *, host: str = "127.0.0.1", port: int = 8000,
                          "--api-key tml-SECRET (or set SKYHUB_TINKER_API_KEY), or bind to "
                          "127.0.0.1")
     service = TinkerService(base_model, state_dir, engine=engine, api_key=api_key,
-                            threads=threads, max_batch=max_batch)
+                            threads=threads, max_batch=max_batch, session_ttl_s=session_ttl_s)
     uvicorn.run(create_app(service), host=host, port=port, log_level=log_level)
 
 
@@ -580,11 +602,13 @@ class TinkerServerThread(UvicornThread):
 
     def __init__(self, base_model: str, state_dir: str | Path, *, host: str = "127.0.0.1",
                  port: int = 0, engine: str = "hf", api_key: str | None = None,
-                 threads: int | None = None, max_batch: int = 64) -> None:
+                 threads: int | None = None, max_batch: int = 64,
+                 session_ttl_s: float = 600.0) -> None:
         import uvicorn
 
         self.service = TinkerService(base_model, state_dir, engine=engine, api_key=api_key,
-                                     threads=threads, max_batch=max_batch)
+                                     threads=threads, max_batch=max_batch,
+                                     session_ttl_s=session_ttl_s)
         config = uvicorn.Config(create_app(self.service), host=host, port=port,
                                 log_level="warning", lifespan="off")
         super().__init__(uvicorn.Server(config), host, port, "skyhub-tinker")
