@@ -346,6 +346,11 @@ def test_a_server_with_an_api_key_refuses_other_keys(tmp_path: Path) -> None:
         tc = sc.create_lora_training_client(base_model="tiny", rank=2).result()
         assert tc.get_info().model_data.model_name == "tiny"
         assert tc.get_tokenizer().decode(tc.get_tokenizer().encode(" lazy dog")) == "lazy dog"
+        # a checkpoint name is not silently reused, unless the request says so
+        first = tc.save_state("ck").result().path
+        assert tc.save_state("ck", overwrite=True).result().path == first
+        with pytest.raises(tinker.RequestFailedError, match="'ck' exists; pass overwrite=True"):
+            tc.save_state("ck").result()
 
 
 def test_sessions_that_go_silent_are_ended_and_their_models_freed(tmp_path: Path) -> None:

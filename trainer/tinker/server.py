@@ -102,9 +102,11 @@ class TinkerService:
                               "tinker://<model_id>/sampler_weights/<name>")
         run, kind, name = m.groups()
         directory = self.state_dir / "checkpoints" / quote(run, safe="") / kind / name
-        if not (directory / "meta.json").is_file():
+        if not _NAME.match(name) or run.startswith(".") \
+                or not (directory / "meta.json").is_file():
             raise Unsupported(f"no checkpoint {path!r} on this server (state dir "
-                              f"{self.state_dir}); list what you saved with save_state")
+                              f"{self.state_dir}); use a path that save_state or "
+                              "save_weights_for_sampler returned")
         return directory, run, kind
 
     def new_checkpoint(self, model_id: str, kind: str, name: str | None,
@@ -213,7 +215,7 @@ class TinkerService:
         def run() -> Outcome:
             model = self.host.get(req.model_id)
             directory, path = self.new_checkpoint(req.model_id, "weights", req.path,
-                                                  overwrite=True)
+                                                  overwrite=bool(req.overwrite))
             self.host.save(model, directory, optimizer=True)
             return Outcome(json={"path": path, "type": "save_weights"})
 
