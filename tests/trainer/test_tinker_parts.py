@@ -349,6 +349,11 @@ def test_a_server_with_an_api_key_refuses_other_keys(tmp_path: Path) -> None:
         # a checkpoint name is not silently reused, unless the request says so
         first = tc.save_state("ck").result().path
         assert tc.save_state("ck", overwrite=True).result().path == first
+        sampler_path = tc.save_weights_for_sampler("for-eval").result().path
+        listed = sc.create_rest_client().list_checkpoints(tc.model_id).result().checkpoints
+        assert sorted((c.checkpoint_type, c.tinker_path) for c in listed) == [
+            ("sampler", sampler_path), ("training", first)]
+        assert all(c.size_bytes > 0 for c in listed)
         with pytest.raises(tinker.RequestFailedError, match="'ck' exists; pass overwrite=True"):
             tc.save_state("ck").result()
 

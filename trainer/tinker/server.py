@@ -120,6 +120,24 @@ class TinkerService:
             raise Unsupported(f"checkpoint {name!r} exists; pass overwrite=True or a new name")
         return directory, f"tinker://{model_id}/{kind}/{name}"
 
+    def list_checkpoints(self, model_id: str) -> dict[str, Any]:
+        """`RestClient.list_checkpoints`: what save_state and save_weights_for_sampler wrote
+        for one training run, newest first (also after a restart)."""
+        import datetime as dt
+
+        run = self.state_dir / "checkpoints" / quote(model_id, safe="")
+        found = []
+        for kind, label in (("weights", "training"), ("sampler_weights", "sampler")):
+            for meta in (run / kind).glob("*/meta.json"):
+                d = meta.parent
+                found.append({
+                    "checkpoint_id": f"{kind}/{d.name}", "checkpoint_type": label,
+                    "tinker_path": f"tinker://{model_id}/{kind}/{d.name}",
+                    "time": dt.datetime.fromtimestamp(meta.stat().st_mtime, dt.UTC).isoformat(),
+                    "size_bytes": sum(f.stat().st_size for f in d.iterdir())})
+        found.sort(key=lambda c: c["time"], reverse=True)
+        return {"checkpoints": found, "cursor": None}
+
     # ------------------------------------------------------------------ jobs
     def submit(self, owner: str, run: Any, **extra: Any) -> dict[str, Any]:
         return {"request_id": self.jobs.submit(owner, run), **extra}
@@ -539,6 +557,10 @@ def create_app(service: TinkerService) -> Any:
     async def get_sampler(sampler_id: str) -> dict:
         _, path = service.sampler(sampler_id)
         return {"sampler_id": sampler_id, "base_model": service.host.name, "model_path": path}
+
+    @app.get(v1 + "/training_runs/{model_id}/checkpoints")
+    async def checkpoints(model_id: str) -> dict:
+        return service.list_checkpoints(model_id)
 
     @app.post(v1 + "/cancel_future")
     async def cancel_future() -> Response:
