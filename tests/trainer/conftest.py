@@ -3,10 +3,21 @@ random model (nothing is downloaded)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch_threads_restored() -> Iterator[None]:
+    """Some modules set torch's thread count for the process (the Tinker server's
+    `threads=`); the next module gets the count back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -37,17 +36,6 @@ from skyhub.trainer.tinker.models import (  # noqa: E402
     SampleItem,
     tiny_base_model,
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _torch_threads_restored() -> Iterator[None]:
-    """The server sets torch's thread count for the process; later test modules get theirs
-    back."""
-    import torch
-
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 # ---------------------------------------------------------------------- wire

@@ -47,17 +47,6 @@ SFT_B = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _torch_threads_restored() -> Iterator[None]:
-    """The server sets torch's thread count for the process; later test modules get theirs
-    back."""
-    import torch
-
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 # ---------------------------------------------------------------------------------------------
 # fixtures
 

@@ -84,10 +84,6 @@ class Jobs:
         with self._lock:
             return request_id in self._jobs
 
-    def queued(self) -> int:
-        with self._lock:
-            return sum(len(q) for q in self._queues.values())
-
     async def wait(self, request_id: str, timeout: float) -> Outcome | None:
         """The job's outcome, waiting up to `timeout` s for it; None if still running."""
         loop = asyncio.get_running_loop()

@@ -81,10 +81,8 @@ class SampleItem:
 @dataclass
 class Snapshot:
     """Weights frozen for sampling (CPU tensors of the trainable parameters)."""
-    base_model: str
     lora: LoraSpec | None
     weights: dict[str, torch.Tensor]
-    path: str | None = None
     key: int = field(default_factory=lambda: next(_SNAPSHOT_KEYS))
 
 
@@ -290,7 +288,7 @@ class ModelHost:
         _copy_into(model.params, model.adapter, state)
 
     def snapshot(self, model: TrainingModel) -> Snapshot:
-        return Snapshot(self.name, model.lora, self.trainable_state(model))
+        return Snapshot(model.lora, self.trainable_state(model))
 
     def save(self, model: TrainingModel, directory: Path, *, optimizer: bool) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -322,11 +320,11 @@ class ModelHost:
             model.optimizer.load_state_dict(torch.load(directory / "optimizer.pt",
                                                        map_location="cpu"))
 
-    def snapshot_from(self, directory: Path, path: str) -> Snapshot:
+    def snapshot_from(self, directory: Path) -> Snapshot:
         meta = self.read_meta(directory)
         self.check_base(meta["base_model"])
         weights = torch.load(directory / "weights.pt", map_location="cpu")
-        return Snapshot(meta["base_model"], self.lora_of(meta), weights, path)
+        return Snapshot(self.lora_of(meta), weights)
 
     # ------------------------------------------------------------------ sampling
     def sampler_module(self, source: TrainingModel | Snapshot | None) -> Any:

@@ -93,8 +93,8 @@ class TinkerService:
         self.host.close()
 
     # ------------------------------------------------------------------ paths
-    def checkpoint_dir(self, path: str) -> tuple[Path, str, str]:
-        """(directory, run id, kind) of a `tinker://<run>/<kind>/<name>` path."""
+    def checkpoint_dir(self, path: str) -> Path:
+        """The directory of a `tinker://<run>/<kind>/<name>` checkpoint path."""
         m = re.fullmatch(r"tinker://([^/]+)/(weights|sampler_weights)/([^/]+)", path or "")
         if not m:
             raise Unsupported(f"{path!r} is not a checkpoint path of this server; expected "
@@ -107,7 +107,7 @@ class TinkerService:
             raise Unsupported(f"no checkpoint {path!r} on this server (state dir "
                               f"{self.state_dir}); use a path that save_state or "
                               "save_weights_for_sampler returned")
-        return directory, run, kind
+        return directory
 
     def new_checkpoint(self, model_id: str, kind: str, name: str | None,
                        overwrite: bool = True) -> tuple[Path, str]:
@@ -249,7 +249,7 @@ class TinkerService:
             raise Unsupported("load_weights needs model_id, or session_id and model_seq_id")
 
         def run() -> Outcome:
-            directory, _, _ = self.checkpoint_dir(req.path)
+            directory = self.checkpoint_dir(req.path)
             meta = self.host.read_meta(directory)
             self.host.check_base(meta["base_model"])
             if req.session_id is not None:
@@ -297,14 +297,9 @@ class TinkerService:
         return sampler_id
 
     def create_sampler(self, req: Any) -> dict[str, Any]:
-        if req.model_path:
-            directory, _, _ = self.checkpoint_dir(req.model_path)
-            source = self.host.snapshot_from(directory, req.model_path)
-        else:
-            self.host.check_base(req.base_model)
-            source = None
         return {"type": "create_sampling_session",
-                "sampling_session_id": self._add_sampler(source, req.model_path)}
+                "sampling_session_id": self._add_sampler(self._path_source(req),
+                                                         req.model_path)}
 
     def sampler(self, sampler_id: str) -> tuple[Any, str | None]:
         with self._lock:
@@ -393,9 +388,9 @@ class TinkerService:
                                       stop_token_ids=stop_ids)
 
     def _path_source(self, req: Any) -> Any:
+        """The weights a request's `model_path` names (a snapshot), or None: the base."""
         if req.model_path:
-            directory, _, _ = self.checkpoint_dir(req.model_path)
-            return self.host.snapshot_from(directory, req.model_path)
+            return self.host.snapshot_from(self.checkpoint_dir(req.model_path))
         self.host.check_base(req.base_model)
         return None
 
