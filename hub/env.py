@@ -24,6 +24,18 @@ The contract every env keeps (checked by `skyhub check ID`):
 - a malformed action is answered with an observation, never an exception;
 - `reset(seed=s)` picks the same task for the same `s`; `close()` may be called twice.
 
+Who is to blame (the infra-error rule). `infra_error=True` masks an episode from training,
+so an agent must never be able to choose it:
+- what the agent's own actions break *inside its sandbox* (killing its shell, kernel, grader
+  or in-sandbox agent, filling its disk, writing a garbage or oversized reward file, a
+  directory where a file should be, a fork bomb, running out of tool calls or time) is the
+  agent's failure: the episode is scored by the env's rules (usually as a failure), with
+  `sandbox_broken=True` in the info so it can be told apart;
+- only what is outside the agent's reach is `infra_error`: the Docker daemon or the sandbox
+  host going away, the host running out of memory, an image that does not build, a lost
+  remote server, a bug of ours (a reference answer that fails).
+`make_info(..., sandbox_broken=True)` records the first kind.
+
 Threads: a `VectorEnv` never calls one env concurrently, but may call it from different
 threads (its dispatch thread, or the caller's for very fast steps). Don't bind resources to
 the creating thread (open sqlite3 with `check_same_thread=False`), or pass
@@ -114,8 +126,11 @@ class TextEnv(gymnasium.Env[str, str]):
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     def make_info(self, outcome: str = "running", *, infra_error: bool = False,
-                  reward_breakdown: dict[str, float] | None = None, **extra: Any) -> dict[str, Any]:
-        """An info dict with the contract's keys filled from the episode's state."""
+                  sandbox_broken: bool = False, reward_breakdown: dict[str, float] | None = None,
+                  **extra: Any) -> dict[str, Any]:
+        """An info dict with the contract's keys filled from the episode's state.
+        `sandbox_broken` marks an episode whose agent broke its own sandbox (scored, not
+        masked: see the module docstring's infra-error rule)."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
         info: dict[str, Any] = {
@@ -124,6 +139,8 @@ class TextEnv(gymnasium.Env[str, str]):
             "outcome": outcome,
             "infra_error": infra_error,
         }
+        if sandbox_broken:
+            info["sandbox_broken"] = True
         if reward_breakdown is not None:
             info["reward_breakdown"] = dict(reward_breakdown)
         info.update(extra)
