@@ -8,12 +8,21 @@ policy is credited for). The chat template is applied to *message deltas*: the t
 template puts between the end of an assistant turn and the start of the next one is learned
 once by rendering a probe conversation, so any HF chat template works (Qwen's ChatML, the tiny
 tokenizer's, ...).
+
+Two layouts put an observation into the conversation (`LAYOUTS`, the rollout's `chat_layout`):
+- `user-turns` (default): each observation is a new user turn, then a new assistant turn.
+- `assistant-message`: SkyRL-SQL's (skyrl-train's `use_conversation_multi_turn=false`): the
+  whole episode is one assistant message; each observation's own tokens are appended right
+  after the agent's, and the agent goes on writing in the same message. Its end-of-message
+  token, when the engine sampled one mid-episode, is dropped (the message goes on) and one
+  closes the message when the episode ends.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+LAYOUTS = ("user-turns", "assistant-message")
 _PROBE_ASSISTANT = "\x00ASSISTANT\x00"
 _PROBE_USER = "\x00USER\x00"
 
@@ -31,6 +40,7 @@ class ChatFormat:
         #: Tokens that end an assistant turn: the engine stops on them.
         self.stop_token_ids: tuple[int, ...] = tuple(sorted(i for i in ids if i is not None))
         self._between = self._probe_between_turns()
+        self._inline_ok: bool | None = None  # checked on first use of `inline_ids`
 
     def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False,
@@ -71,6 +81,34 @@ class ChatFormat:
                     before = before[len(tok):]
                     break
         return before + observation + after
+
+    def inline_ids(self, observation: str) -> list[int]:
+        """An observation's tokens inside the agent's own message (`assistant-message`
+        layout): the tokenizer's encoding of its text alone, nothing around it, as SkyRL's
+        generator encodes it."""
+        self.check_inline()
+        return self.encode(observation)
+
+    def check_inline(self) -> None:
+        """`assistant-message` joins separately encoded texts, which is the same text only for
+        a tokenizer that adds nothing in front of a text (byte-level BPE: Qwen, Llama 3,
+        GPT). A SentencePiece-style one prepends a word marker to each piece, which would
+        put a space before every observation the model never wrote: refused, with the fix."""
+        if self._inline_ok is None:
+            probes = (("<sql>SELECT 1</sql>", "\n\n<observation>1</observation>\n\n"),
+                      ("x", "y"))
+            self._inline_ok = all(
+                self.tokenizer.decode(self.encode(a) + self.encode(b)) == a + b
+                for a, b in probes)
+        if not self._inline_ok:
+            from skyhub.errors import UsageError
+
+            raise UsageError(
+                f"chat_layout 'assistant-message' needs a tokenizer whose encodings of two "
+                f"texts join into the encoding of both; {type(self.tokenizer).__name__} adds a "
+                "prefix to each text (SentencePiece-style word marker), so every observation "
+                "would start with a space the model never saw. Use rollout.chat_layout="
+                "user-turns, or a byte-level BPE tokenizer (Qwen's, as SkyRL-SQL uses)")
 
     def ends_turn(self, token_id: int) -> bool:
         """Is this token one that closes an assistant turn (EOS, `<|im_end|>`...)?"""

@@ -59,6 +59,9 @@ class RolloutConfig:
     max_tokens_per_turn: int = 256
     max_input_tokens: int = 4096
     stop: list[str] = field(default_factory=list)  # empty: the env's stop_strings
+    # Where observations go: "user-turns" (each one a new user turn) or "assistant-message"
+    # (appended to the agent's own message: SkyRL-SQL's use_conversation_multi_turn=false)
+    chat_layout: str = "user-turns"
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. vLLM's engine args
 
 
@@ -98,7 +101,10 @@ class LoopConfig:
     total_epochs: int = 1  # passes over the env's tasks
     max_steps: int | None = None
     eval_every: int = 5
-    eval_tasks: int = 64  # tasks of the eval env per evaluation (greedy, one sample each)
+    # Tasks of the eval env per evaluation (greedy, one episode each): null for all of them,
+    # else a sample of this many, seeded by `seed` and spread over the tasks' databases
+    # (meta db_id) when they have one; the same tasks at every evaluation; 0: no evaluation.
+    eval_tasks: int | None = 64
     save_every: int = 50
     seed: int = 0
     torch_threads: int | None = None  # CPU threads for torch ops (None: torch's default)
@@ -121,6 +127,7 @@ class TrainConfig:
 
 
 CHOICES = {"rollout.engine": ("hf", "vllm"),
+           "rollout.chat_layout": ("user-turns", "assistant-message"),
            "algo.advantage": ("grpo", "dr_grpo", "rloo", "reinforce++", "gae"),
            "algo.aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                 "seq-mean-token-sum-norm"),
@@ -247,6 +254,9 @@ def _check_choices(cfg: TrainConfig) -> None:
             raise UsageError(f"{dotted} must be one of {', '.join(allowed)}, not {value!r}")
     if cfg.algo.dual_clip is not None and cfg.algo.dual_clip <= 1:
         raise UsageError(f"algo.dual_clip must be > 1 (or null), not {cfg.algo.dual_clip}")
+    if cfg.loop.eval_tasks is not None and cfg.loop.eval_tasks < 0:
+        raise UsageError(f"loop.eval_tasks must be >= 0 (0: no evaluation) or null (every "
+                         f"task of the eval env), not {cfg.loop.eval_tasks}")
     if cfg.optim.train_batch_size % cfg.optim.mini_batch_size:
         raise UsageError(f"optim.train_batch_size ({cfg.optim.train_batch_size}) must be a "
                          f"multiple of optim.mini_batch_size ({cfg.optim.mini_batch_size})")

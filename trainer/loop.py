@@ -141,6 +141,30 @@ def _env_facts(env_id: str, kwargs: dict[str, Any]) -> tuple[list[str], tuple[st
         return [t.id for t in env.unwrapped.tasks], tuple(env.unwrapped.stop_strings)
 
 
+def eval_task_ids(tasks: Any, n: int | None, seed: int) -> list[str]:
+    """The tasks an evaluation plays: all of them (`n` None or >= their number), else `n`
+    drawn with `seed` and spread over the tasks' databases (`meta["db_id"]`): a seeded
+    shuffle within each database, then one from each database in turn (in a seeded order)
+    until `n`, so every database is in the sample once `n` reaches their number; not the
+    first `n`, which are a dataset's first databases. Returned in the task set's order."""
+    if n is None or n >= len(tasks):
+        return [t.id for t in tasks]
+    rng = random.Random(seed * 7919 + 17)
+    groups: dict[Any, list[int]] = {}
+    for i, t in enumerate(tasks):
+        groups.setdefault((t.meta or {}).get("db_id"), []).append(i)
+    queues = list(groups.values())
+    for q in queues:
+        rng.shuffle(q)
+    rng.shuffle(queues)
+    picked: list[int] = []
+    while len(picked) < n:
+        for q in queues:
+            if q and len(picked) < n:
+                picked.append(q.pop())
+    return [tasks[i].id for i in sorted(picked)]
+
+
 def latest_checkpoint(out: Path) -> Path | None:
     ckpts = sorted((out / "checkpoints").glob("step_*"))
     return ckpts[-1] if ckpts else None
@@ -207,9 +231,12 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
         _check_vllm()
     model, tokenizer = build_policy(cfg, checkpoint)
     chat = ChatFormat(tokenizer)
+    if r.chat_layout == "assistant-message":
+        chat.check_inline()  # a tokenizer this layout cannot use fails before envs start
     rollout_cfg = RolloutConfig(max_turns=r.max_turns, max_tokens_per_turn=r.max_tokens_per_turn,
                                 max_input_tokens=r.max_input_tokens, temperature=r.temperature,
-                                top_p=r.top_p, stop=tuple(r.stop) or env_stop)
+                                top_p=r.top_p, stop=tuple(r.stop) or env_stop,
+                                chat_layout=r.chat_layout)
     learner = Learner(model, cfg.algo, cfg.optim, temperature=r.temperature,
                       pad_id=tokenizer.pad_token_id, pack=cfg.optim.pack,
                       norm_len=r.max_turns * r.max_tokens_per_turn)
@@ -354,17 +381,15 @@ class _Evaluator:
         self._tasks: list[str] = []
 
     def due(self, step: int, total: int) -> bool:
-        every = self.cfg.loop.eval_every
-        return every > 0 and self.cfg.loop.eval_tasks > 0 and (step % every == 0
-                                                               or step == total)
+        every, n = self.cfg.loop.eval_every, self.cfg.loop.eval_tasks
+        return every > 0 and n != 0 and (step % every == 0 or step == total)
 
     def run(self) -> dict[str, float]:
         import skyhub
         from skyhub.trainer.rollout import Rollout
 
         if self._rollout is None:
-            task_ids, _ = _env_facts(self.env_id, self.kwargs)
-            self._tasks = task_ids[:self.cfg.loop.eval_tasks]
+            self._tasks = self.task_ids()
             venv = skyhub.make_vec(self.env_id, min(self.cfg.env.num_envs, len(self._tasks)),
                                    autoreset_mode="disabled", **self.kwargs)
             self._rollout = Rollout(venv, self.engine, self.chat, self.rollout_cfg)
@@ -372,6 +397,14 @@ class _Evaluator:
         m = episode_metrics(episodes, 0)
         return {"eval_reward_mean": m["reward_mean"], "eval_success_rate": m["success_rate"],
                 "eval_infra_errors": m["infra_errors"]}
+
+    def task_ids(self) -> list[str]:
+        """The eval env's tasks that every evaluation plays (`loop.eval_tasks`)."""
+        import skyhub
+
+        with skyhub.make(self.env_id, **self.kwargs) as env:
+            return eval_task_ids(env.unwrapped.tasks, self.cfg.loop.eval_tasks,
+                                 self.cfg.loop.seed)
 
     def close(self) -> None:
         if self._rollout is not None:

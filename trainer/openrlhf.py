@@ -11,7 +11,14 @@ Design, and why (docs/openrlhf.md is the full guide):
 - Envs are pooled per process and stepped in threads: one event loop runs all of an actor's
   samples, and OpenRLHF makes a new instance per sample.
 - Feedback is the observation as the next user turn in the model's own chat template; the
-  env's `stop_strings` join vLLM's stop list (as SkyRL-SQL does).
+  env's `stop_strings` join vLLM's stop list (as SkyRL-SQL does). With the chat layout
+  `assistant-message` (SkyRL-SQL's `use_conversation_multi_turn=false`; the label's
+  `chat_layout`, or `$SKYHUB_CHAT_LAYOUT`) the feedback is the observation's text alone,
+  which OpenRLHF tokenizes and appends to the model's own message. An EOS that ends a turn
+  is dropped from the turn's sampled tokens (the message goes on), as skyrl-train drops it;
+  whether the episode ends is only known after that, and OpenRLHF trains only sampled tokens,
+  so the EOS skyrl-train appends (and trains) at the end is missing here: the one
+  difference of this layout from skyrl-train's token stream.
 - Infra failures (`info["infra_error"]`, or any exception from `step`, which skyhub reserves
   for infrastructure) give reward 0 and score NaN: OpenRLHF has no per-sample mask, but with
   `--algo.dynamic_filtering_enable` a NaN score fails `min < avg < max`, so the prompt's group
@@ -53,10 +60,35 @@ from skyhub.errors import InfraError, SandboxUnavailable, UsageError
 _log = logging.getLogger("skyhub.trainer.openrlhf")
 
 
-def make_label(env_id: str, task_id: str, env_kwargs: dict[str, Any] | None = None) -> str:
-    """The label `export_prompts` writes: a JSON string, since Arrow stores it as one column."""
-    return json.dumps({"env_id": env_id, "task_id": task_id, "env_kwargs": env_kwargs or {}},
-                      sort_keys=True)
+LAYOUTS = ("user-turns", "assistant-message")  # as skyhub.trainer.chat.LAYOUTS (no torch)
+
+
+def make_label(env_id: str, task_id: str, env_kwargs: dict[str, Any] | None = None, *,
+               chat_layout: str | None = None) -> str:
+    """The label `export_prompts` writes: a JSON string, since Arrow stores it as one column.
+    `chat_layout` is written only when given (the default is `user-turns`)."""
+    d: dict[str, Any] = {"env_id": env_id, "task_id": task_id, "env_kwargs": env_kwargs or {}}
+    if chat_layout is not None:
+        d["chat_layout"] = _check_layout(chat_layout, "chat_layout")
+    return json.dumps(d, sort_keys=True)
+
+
+def _check_layout(layout: str, where: str) -> str:
+    if layout not in LAYOUTS:
+        raise UsageError(f"{where} must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    return layout
+
+
+def chat_layout_of(label: str | dict[str, Any] | None) -> str:
+    """Where the episode's observations go: `$SKYHUB_CHAT_LAYOUT`, else the label's
+    `chat_layout`, else `user-turns`."""
+    env = os.environ.get("SKYHUB_CHAT_LAYOUT")
+    if env:
+        return _check_layout(env, "SKYHUB_CHAT_LAYOUT")
+    if isinstance(label, str) and label.lstrip().startswith("{"):
+        label = json.loads(label)
+    layout = label.get("chat_layout") if isinstance(label, dict) else None
+    return _check_layout(layout, "the label's chat_layout") if layout else "user-turns"
 
 
 def parse_label(label: str | dict[str, Any] | None) -> tuple[str, dict[str, Any], str]:
@@ -105,6 +137,7 @@ class _Rollout:
     def __init__(self, tokenizer: Any = None, sampling_params: Any = None) -> None:
         self.tokenizer, self.sampling_params = tokenizer, sampling_params
         self.last_token: list[int] = []
+        self.layout = "user-turns"  # set by the instance's reset, from its label
         self.instances: list[_SkyhubAgent] = []
 
 
@@ -173,6 +206,7 @@ class _SkyhubAgent:
         """Reset the env on the label's task. The prompt (already chat-templated by OpenRLHF)
         is the observation the model starts from; misconfiguration raises here, at once."""
         env_id, env_kwargs, self.task_id = parse_label(states.get("label"))
+        self.rollout.layout = chat_layout_of(states.get("label"))
         try:
             self._key, self.env = await asyncio.to_thread(_POOL.acquire, env_id, env_kwargs)
             obs, info = await asyncio.to_thread(self.env.reset, options={"task_id": self.task_id})
@@ -213,8 +247,11 @@ class _SkyhubAgent:
             return self._result(reward, self.total, True, "", info.get("turn", 0),
                                 info.get("outcome") == "success")
         tok = self.rollout.tokenizer
-        closed = _turn_closed(tok, self.rollout.last_token, action)
-        feedback = format_feedback(obs, tok, turn_closed=closed)
+        if self.rollout.layout == "assistant-message":
+            feedback = obs  # into the model's own message, tokenized alone (as skyrl-train)
+        else:
+            closed = _turn_closed(tok, self.rollout.last_token, action)
+            feedback = format_feedback(obs, tok, turn_closed=closed)
         return self._result(reward, self.total, False, feedback, info.get("turn", 0), False)
 
     def _result(self, reward: float, score: float, done: bool, feedback: str, turn: int,
@@ -255,10 +292,24 @@ class _RecordingEngine:
     async def generate(self, *args: Any, **kwargs: Any) -> Any:
         out = await self._engine.generate(*args, **kwargs)
         self._rollout.last_token = list(out.outputs[0].token_ids[-1:])
+        if self._rollout.layout == "assistant-message":
+            _drop_eos(out.outputs[0], getattr(self._rollout.tokenizer, "eos_token_id", None))
         return out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
+
+
+def _drop_eos(completion: Any, eos: int | None) -> None:
+    """`assistant-message`: the agent's message goes on after an observation, so a trailing
+    EOS is not part of it (skyrl-train drops it too); OpenRLHF reads `token_ids` and
+    `logprobs` of the completion after this, so both lose their last entry."""
+    ids = list(completion.token_ids)
+    if eos is None or not ids or ids[-1] != eos:
+        return
+    completion.token_ids = ids[:-1]
+    if getattr(completion, "logprobs", None):
+        completion.logprobs = list(completion.logprobs)[:len(ids) - 1]
 
 
 class _SkyhubExecutor:
@@ -327,11 +378,13 @@ def __getattr__(name: str) -> type:
 
 
 def export_prompts(env_id: str, path: str | Path, env_kwargs: dict[str, Any] | None = None,
-                   split: str | None = None, *, limit: int | None = None) -> int:
+                   split: str | None = None, *, limit: int | None = None,
+                   chat_layout: str | None = None) -> int:
     """Write OpenRLHF's prompt JSONL: `prompt` (system + first observation as chat messages,
-    for `--data.apply_chat_template`), `label` (see `make_label`), `datasource` (env id, for
-    per-source eval metrics). The first observation comes from `reset`, not `task.prompt`:
-    envs such as SQL add the schema. Returns the number of rows."""
+    for `--data.apply_chat_template`), `label` (see `make_label`; `chat_layout` goes into
+    it), `datasource` (env id, for per-source eval metrics). The first observation comes
+    from `reset`, not `task.prompt`: envs such as SQL add the schema. Returns the number of
+    rows."""
     kwargs = dict(env_kwargs or {}) | ({"split": split} if split is not None else {})
     n = 0
     with skyhub.make(env_id, **kwargs) as env, Path(path).open("w", encoding="utf-8") as f:
@@ -341,7 +394,8 @@ def export_prompts(env_id: str, path: str | Path, env_kwargs: dict[str, Any] | N
             obs, _ = env.reset(options={"task_id": task.id})
             system = [{"role": "system", "content": env.system_prompt}] if env.system_prompt else []
             f.write(json.dumps({"prompt": [*system, {"role": "user", "content": obs}],
-                                "label": make_label(env_id, task.id, kwargs),
+                                "label": make_label(env_id, task.id, kwargs,
+                                                    chat_layout=chat_layout),
                                 "datasource": env_id}) + "\n")
             n += 1
     return n
@@ -349,7 +403,7 @@ def export_prompts(env_id: str, path: str | Path, env_kwargs: dict[str, Any] | N
 
 def main(argv: list[str] | None = None) -> None:
     """`path` (this file, for `--train.agent_func_path`) or `export ENV_ID OUT.jsonl
-    [--split S] [--env-kwargs JSON] [--limit N]`."""
+    [--split S] [--env-kwargs JSON] [--limit N] [--chat-layout L]`."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m skyhub.trainer.openrlhf")
@@ -359,12 +413,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--split")
     p.add_argument("--limit", type=int)
     p.add_argument("--env-kwargs", default="{}", type=json.loads)
+    p.add_argument("--chat-layout", choices=LAYOUTS,
+                   help="assistant-message: SkyRL-SQL's layout (default: user-turns)")
     a = p.parse_args(argv)
     if a.cmd == "path":
         return print(Path(__file__).resolve())
     if not (a.env_id and a.out):
         p.error("export needs ENV_ID and OUT")
-    n = export_prompts(a.env_id, a.out, a.env_kwargs, a.split, limit=a.limit)
+    n = export_prompts(a.env_id, a.out, a.env_kwargs, a.split, limit=a.limit,
+                       chat_layout=a.chat_layout)
     print(f"wrote {n} prompts to {a.out}")
 
 

@@ -2,8 +2,17 @@
 
 An episode's token sequence is the prompt's tokens, then for each turn the tokens the engine
 sampled (loss mask 1, with the engine's logprob and the policy version of each) and the env's
-observation tokenized as the next user turn (loss mask 0). The learner trains on exactly this
-sequence; nothing is re-tokenized from decoded text.
+observation (loss mask 0). The learner trains on exactly this sequence; nothing is
+re-tokenized from decoded text.
+
+Where the observation goes is `RolloutConfig.chat_layout` (see `skyhub.trainer.chat`):
+`user-turns` makes it the next user turn; `assistant-message` (SkyRL-SQL's layout, skyrl-train's
+`use_conversation_multi_turn=false`) appends its own tokens to the agent's message, so the
+episode is one assistant message. In that layout, as skyrl-train's generator does, an EOS the
+engine sampled before an observation is dropped (the message goes on), and when the episode
+ends after a turn that was not cut at the token limit, an EOS closes the message. That EOS is
+trained on (loss mask 1) as skyrl-train trains it; the engine did not sample it, so its
+engine logprob is recorded as 0.0 (probability 1), as skyrl-train records it.
 
 Envs are driven with `send`/`recv`: whichever episodes are ready are batched into one
 `generate` call while the others' env steps are still running, so a slow episode never stalls
@@ -19,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyhub.trainer.chat import ChatFormat
+from skyhub.errors import UsageError
+from skyhub.trainer.chat import LAYOUTS, ChatFormat
 from skyhub.trainer.engines import Engine, SamplingParams
 
 
@@ -41,6 +51,7 @@ class Episode:
     turns: int = 0
     seed: int = 0
     info: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str = ""  # the engine's, for the last turn ("stop" or "length")
 
     def add(self, ids: Sequence[int], *, agent: bool, logprobs: Sequence[float] = (),
             versions: Sequence[int] = ()) -> None:
@@ -48,6 +59,11 @@ class Episode:
         self.loss_mask += [int(agent)] * len(ids)
         self.logprobs += list(logprobs) if agent else [0.0] * len(ids)
         self.versions += list(versions) if agent else [-1] * len(ids)
+
+    def drop_last(self) -> None:
+        """Remove the last token (an EOS the agent's message does not end with after all)."""
+        for seq in (self.token_ids, self.loss_mask, self.logprobs, self.versions):
+            seq.pop()
 
     @property
     def agent_tokens(self) -> int:
@@ -66,6 +82,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    chat_layout: str = "user-turns"  # or "assistant-message" (skyhub.trainer.chat.LAYOUTS)
 
 
 class Rollout:
@@ -75,6 +92,12 @@ class Rollout:
                  cfg: RolloutConfig) -> None:
         self.venv, self.engine, self.chat, self.cfg = venv, engine, chat, cfg
         self.stats: dict[str, float] = {}
+        if cfg.chat_layout not in LAYOUTS:
+            raise UsageError(f"chat_layout must be one of {', '.join(LAYOUTS)}, not "
+                             f"{cfg.chat_layout!r}")
+        self.one_message = cfg.chat_layout == "assistant-message"
+        if self.one_message:
+            chat.check_inline()
 
     def run(self, task_ids: Sequence[str], group_size: int, *, seed: int = 0
             ) -> list[Episode]:
@@ -132,16 +155,34 @@ class Rollout:
         ep.reward += reward
         if terminated or truncated:
             ep.outcome, ep.truncated, ep.info = info.get("outcome", "failure"), truncated, info
+            self._close_message(ep)
             return True
         if ep.turns >= self.cfg.max_turns:
             ep.outcome, ep.truncated, ep.info = "failure", True, info
+            self._close_message(ep)
             return True
         last = ep.token_ids[-1]
-        ep.add(self.chat.observation_ids(obs, last in self.chat.stop_token_ids), agent=False)
+        if self.one_message:
+            eos = self.chat.tokenizer.eos_token_id
+            if last == eos and ep.loss_mask[-1]:  # the message goes on: the EOS is dropped
+                ep.drop_last()
+            ep.add(self.chat.inline_ids(obs), agent=False)
+        else:
+            ep.add(self.chat.observation_ids(obs, last in self.chat.stop_token_ids),
+                   agent=False)
         if len(ep.token_ids) >= self.cfg.max_input_tokens:
             ep.outcome, ep.truncated, ep.info = "failure", True, {**info, "overlong": True}
             return True
         return False
+
+    def _close_message(self, ep: Episode) -> None:
+        """`assistant-message`: end the episode's one message with EOS, as skyrl-train does
+        unless the last turn was cut at the token limit (then the message stays open)."""
+        eos = self.chat.tokenizer.eos_token_id
+        if (not self.one_message or eos is None or ep.finish_reason == "length"
+                or ep.token_ids[-1] == eos):
+            return
+        ep.add([eos], agent=True, logprobs=[0.0], versions=[ep.versions[-1]])
 
     def _act(self, env_ids: list[int], live: dict[int, Episode]) -> None:
         """One generate call for every waiting episode, then send the actions."""
@@ -161,5 +202,6 @@ class Rollout:
             for k, e, c in zip(idx, batch, outs, strict=True):
                 e.add(c.token_ids, agent=True, logprobs=c.logprobs, versions=c.versions)
                 e.turns += 1
+                e.finish_reason = c.finish_reason
                 texts[k] = c.text
         self.venv.send(texts, env_ids)

@@ -70,6 +70,51 @@ def test_task_sampler_walks_every_task_each_epoch_and_restores():
     assert again.next(9) == rest
 
 
+def test_the_653_recipes_eval_covers_every_database_of_the_eval_split(monkeypatch):
+    """SkyRL evaluates on all of its validation split; the recipe evaluates every task of
+    Spider dev (here the bundled subset), not the first 64 (which are 2 databases)."""
+    import skyhub
+    from skyhub.trainer.loop import _Evaluator
+    from skyhub.trainer.rollout import RolloutConfig
+
+    monkeypatch.delenv("SKYHUB_DATA", raising=False)  # the bundled dev subset
+    cfg = load_config("sql-grpo-653")
+    assert cfg.env.eval_id == "sql-spider" and cfg.loop.eval_tasks is None
+    chosen = _Evaluator(cfg, None, None, RolloutConfig()).task_ids()
+    with skyhub.make(cfg.env.eval_id, **cfg.env.eval_kwargs) as env:
+        tasks = env.unwrapped.tasks
+    db_of = {t.id: t.meta["db_id"] for t in tasks}
+    assert chosen == tasks.ids() and len(chosen) == 972
+    assert {db_of[i] for i in chosen} == set(db_of.values()) and len(set(db_of.values())) == 19
+    assert len({db_of[i] for i in tasks.ids()[:64]}) == 2  # what the old first-64 eval saw
+
+
+def test_a_seeded_eval_sample_spans_every_database(monkeypatch):
+    import skyhub
+    from skyhub.trainer.loop import _Evaluator, eval_task_ids
+    from skyhub.trainer.rollout import RolloutConfig
+
+    monkeypatch.delenv("SKYHUB_DATA", raising=False)
+    with skyhub.make("sql-spider", split="dev") as env:
+        tasks = env.unwrapped.tasks
+    db_of = {t.id: t.meta["db_id"] for t in tasks}
+    every_db = set(db_of.values())
+    cfg = load_config("sql-grpo-653", ["loop.eval_tasks=40", "loop.seed=3"])
+    sample = _Evaluator(cfg, None, None, RolloutConfig()).task_ids()
+    assert len(sample) == len(set(sample)) == 40 and {db_of[i] for i in sample} == every_db
+    assert sample == eval_task_ids(tasks, 40, seed=3)  # the same tasks at every evaluation
+    assert sample != eval_task_ids(tasks, 40, seed=4)
+    assert [i for i in tasks.ids() if i in set(sample)] == sample  # in the task set's order
+    counts = [sum(db_of[i] == db for i in sample) for db in every_db]
+    assert max(counts) - min(counts) <= 1  # spread evenly: 40 over 19 databases
+    assert {db_of[i] for i in eval_task_ids(tasks, 5, seed=0)} <= every_db
+    assert len(eval_task_ids(tasks, 5, seed=0)) == 5
+    from skyhub.errors import UsageError
+
+    with pytest.raises(UsageError, match="eval_tasks must be >= 0"):
+        load_config("sql-grpo-653", ["loop.eval_tasks=-1"])
+
+
 def test_cli_prints_the_resolved_config_and_rejects_typos(tmp_path):
     cli = [sys.executable, "-m", "skyhub.cli.main", "train"]
     out = subprocess.run([*cli, "--recipe", "sql-grpo-653", "--print-config", "optim.lr=2e-6"],

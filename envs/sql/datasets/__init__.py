@@ -1,5 +1,11 @@
 """Dataset loaders, one per public format. Each returns a `SQLDataset`: the tasks (answer =
-gold SQL; meta has at least `db_id`, `split`, `question`) and where each database lives."""
+gold SQL; meta has at least `db_id`, `split`, `question`) and where each database lives.
+
+Where the data carries the text a model saw in the published recipe, the task carries it as
+is, for the env to show instead of its own: `meta["prompt_messages"]`, the chat messages of
+the row ({role, content} dicts, in order: SkyRL-SQL-653's `prompt`), and
+`meta["schema_text"]`, the schema text the data built (OmniSQL's CREATE TABLE statements with
+example values, in SkyRL-SQL-653's prompts and SkyRL-SQL's evaluation files)."""
 
 from __future__ import annotations
 

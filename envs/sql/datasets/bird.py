@@ -7,7 +7,8 @@ difficulty), `dev_tables.json`, and `dev_databases/<db_id>/<db_id>.sqlite` (the 
 the databases inside `dev.zip` as `dev_databases.zip`: unzip it too). `split` names the
 question file (`dev`, `train`, or e.g. `mini_dev_sqlite` for BIRD mini-dev, whose databases are
 its `dev_databases/`). Also accepted, because people unpack the archives as they come: the
-files one folder down, in `dev_20240627/`, `dev/` or `train/` (OmniSQL's copy keeps them so).
+files one folder down, in `dev_20240627/`, `dev/` or `train/` (OmniSQL's copy keeps them so),
+and OmniSQL's whole `data/` folder as `data_dir` (its `bird/dev_20240627/`, `bird/train/`).
 
 The evidence becomes the task's `external_knowledge`, which the first observation shows under
 "External knowledge"; the gold is `SQL` (`query` or `sql` when a copy renamed it).
@@ -73,7 +74,9 @@ def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "bi
 
 def _find_split(root: Path, split: str) -> Path | None:
     """The folder holding `<split>.json`: the root, or one level down as archives unpack."""
-    candidates = [root, root / split, *sorted(root.glob(f"{split}_*"), reverse=True)]
+    candidates = [base / sub for base in (root, root / "bird")  # bird/: OmniSQL's data/
+                  for sub in (".", split, *sorted((p.name for p in base.glob(f"{split}_*")),
+                                                  reverse=True))]
     return next((c for c in candidates if (c / f"{split}.json").is_file()), None)
 
 

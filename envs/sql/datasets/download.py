@@ -84,6 +84,7 @@ class Source:
 
 _OMNISQL_ZIP = "https://huggingface.co/datasets/seeklhy/OmniSQL-datasets/resolve/main/data.zip"
 _SKYRL653 = "https://huggingface.co/datasets/NovaSky-AI/SkyRL-SQL-653-data-newfmt/resolve/main"
+_SKYRL_EVAL = "https://huggingface.co/datasets/NovaSky-AI/SkyRL-SQL-eval/resolve/main"
 _REALISTIC = "https://zenodo.org/api/records/5205322/files/{}/content"
 _DK_COMMIT = "5e16fa1f8cdbb401f3b55d2afb5a7c7435360590"  # ygan/Spider-DK main, 2021-10-20
 _SYN_COMMIT = "0b996a57b7e329c14c300a8fb13661da128a9ddc"  # ygan/Spider-Syn main, 2021-10-23
@@ -135,6 +136,17 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
         ("train.parquet", "validation.parquet"),
         "https://huggingface.co/datasets/NovaSky-AI/SkyRL-SQL-653-data-newfmt",
         "see the dataset card", "prompts only; needs 'synsql' and 'spider' for the databases"),
+    # The files OmniSQL's evaluate_skysql/infer_multiturn_all.sh (SkyRL-SQL's evaluation)
+    # reads: the schema text OmniSQL built per question; the Spider loader uses them.
+    Source("skyrl-sql-eval", "skyrl-sql-eval", tuple(
+        Artifact(f"{_SKYRL_EVAL}/{f}", kind="file") for f in (
+            "dev_spider.json", "test_spider.json", "dev_spider_dk.json",
+            "dev_spider_realistic.json", "dev_spider_syn.json")),
+        ("dev_spider.json", "test_spider.json", "dev_spider_dk.json",
+         "dev_spider_realistic.json", "dev_spider_syn.json"),
+        "https://huggingface.co/datasets/NovaSky-AI/SkyRL-SQL-eval", "see the dataset card",
+        "SkyRL-SQL's evaluation prompts (schema text per question); the questions' databases "
+        "and gold come from the Spider releases"),
 )}
 
 

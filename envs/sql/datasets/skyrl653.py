@@ -2,14 +2,24 @@
 that SkyRL-SQL-7B was trained on, plus its validation file (Spider dev, 1,034 questions).
 
 Format (NovaSky-AI/SkyRL-SQL-653-data-newfmt: `train.parquet`, `validation.parquet`), as
-SkyRL's skyrl-train/examples/text_to_sql/sql_dataset.py writes it and skyrl-gym's text2sql env
-reads it: `data_source`, `prompt` (chat messages; the user message is
-"{db_details}:<schema>;\\n {external_knowledge}: <knowledge>;\\n {question}: <question>"),
-`env_class` ("text2sql"), `reward_spec` {method, ground_truth: the gold SQL}, `db_id`, `data`
-(which database collection: "synsql", "spider" or "bird") and `extra_info` {split, index}.
-Not verifiable offline, so tolerated: `db_id`/`data` inside `extra_info`, `data_source` in place
-of `data`, and an OmniSQL-style prompt ("External Knowledge:\\n...\\n\\nQuestion:\\n...
-\\n\\nInstructions:"); a prompt in neither form is taken whole as the question.
+SkyRL's skyrl-train/examples/text_to_sql/sql_dataset.py writes it (a `datasets.map` over the
+source JSON, whose columns `schema`, `external_knowledge`, `question`, `sql`, `db_id`, `data`
+it keeps), skyrl-train's `PromptDataset` reads it (`prompt` is the chat, `env_class` the env,
+every other column goes to the env) and skyrl-gym's text2sql env uses it (`db_id`,
+`reward_spec.ground_truth`, `data`): `data_source`, `prompt` (a list of {role, content}: the
+system prompt, then the user message "{db_details}:<schema>;\\n {external_knowledge}:
+<knowledge>;\\n {question}: <question>"), `env_class` ("text2sql"), `reward_spec` {method,
+ground_truth: the gold SQL}, `db_id`, `data` (which database collection: "synsql", "spider" or
+"bird") and `extra_info` {split, index}. Not verifiable offline, so tolerated: `db_id`/`data`
+inside `extra_info`, `data_source` in place of `data`, no source columns, and an OmniSQL-style
+prompt ("External Knowledge:\\n...\\n\\nQuestion:\\n...\\n\\nInstructions:"); a prompt in
+neither form is taken whole as the question.
+
+The row's chat is what SkyRL-SQL trained on, so each task carries it as is:
+`meta["prompt_messages"]` (the `prompt` messages, in order) and `meta["schema_text"]` (the
+schema text inside it, OmniSQL's CREATE TABLE statements); the question and knowledge (from
+their columns, else parsed out of the user message) are the task's prompt and
+`meta["external_knowledge"]`.
 
 Databases resolve as skyrl-gym resolves them, `<collection dir>/<db_id>/<db_id>.sqlite`:
 synsql -> `synsql_dir` (default $SKYHUB_DATA/synsql, see synsql.py) `/databases`, spider ->
@@ -56,7 +66,13 @@ def load(data_dir: str | Path | None = None, split: str = "train", name: str = "
         if not db_id or collection not in COLLECTIONS:
             raise ValueError(f"{file}: row {i} has db_id={db_id!r}, data={collection!r}; expected "
                              f"a db_id and data in {COLLECTIONS}")
-        question, knowledge = parse_prompt(row.get("prompt"))
+        messages = _messages(row.get("prompt"), file, i)
+        schema, question, knowledge = parse_user(messages)
+        if isinstance(row.get("question"), str):  # the source JSON's own columns, when kept
+            question = row["question"].strip()
+            knowledge = _clean(str(row.get("external_knowledge") or ""))
+        if isinstance(row.get("schema"), str):
+            schema = row["schema"]
         collections_of.setdefault(db_id, [])
         if collection not in collections_of[db_id]:
             collections_of[db_id].append(collection)
@@ -64,7 +80,8 @@ def load(data_dir: str | Path | None = None, split: str = "train", name: str = "
             id=f"{name}-{split}-{i}", prompt=question, answer=_gold(row, file, i),
             meta={"db_id": db_id, "split": split, "question": question, "dataset": name,
                   "external_knowledge": knowledge, "collection": collection,
-                  "data_source": row.get("data_source")}))
+                  "data_source": row.get("data_source"), "prompt_messages": messages,
+                  "schema_text": schema}))
 
     used = {c for cs in collections_of.values() for c in cs}
     dirs = {c: _collection_dir(c, synsql_dir, spider_dir, bird_dir, db_root) for c in used}
@@ -104,8 +121,34 @@ def read_parquet(path: Path) -> list[dict[str, Any]]:
         con.close()
 
 
+def _messages(prompt: Any, file: Path, i: int) -> list[dict[str, str]]:
+    """The row's chat as plain {role, content} dicts, in order (DuckDB gives structs as
+    dicts; a JSON string is accepted too)."""
+    if isinstance(prompt, str):
+        import json
+
+        try:
+            prompt = json.loads(prompt)
+        except ValueError:
+            prompt = [{"role": "user", "content": prompt}]
+    messages = [{"role": str(m.get("role") or "user"), "content": str(m.get("content") or "")}
+                for m in (prompt or []) if isinstance(m, dict)]
+    if not any(m["role"] == "user" for m in messages):
+        raise ValueError(f"{file}: row {i} has no user message in its prompt "
+                         "(expected a list of {role, content} with a user message)")
+    return messages
+
+
 def parse_prompt(prompt: Any) -> tuple[str, str]:
     """(question, external knowledge) from the row's last user message."""
+    _, question, knowledge = parse_user(prompt)
+    return question, knowledge
+
+
+def parse_user(prompt: Any) -> tuple[str, str, str]:
+    """(schema text, question, external knowledge) from the row's last user message, in
+    SkyRL's "{db_details}:...;\\n {external_knowledge}: ...;\\n {question}: ..." form or
+    OmniSQL's "Database Schema:\\n...\\nExternal Knowledge:\\n...\\nQuestion:\\n..." one."""
     messages = [m for m in (prompt or []) if isinstance(m, dict)]
     users = [m for m in messages if m.get("role") == "user"] or messages
     text = str(users[-1].get("content") or "") if users else ""
@@ -113,15 +156,28 @@ def parse_prompt(prompt: Any) -> tuple[str, str]:
     if q >= 0:
         k = text.rfind("{external_knowledge}:", 0, q)
         knowledge = text[k + len("{external_knowledge}:"):q] if k >= 0 else ""
-        return text[q + len("{question}:"):].strip(), _clean(knowledge)
+        d = text.find("{db_details}:")
+        schema = text[d + len("{db_details}:"):k if k >= 0 else q] if d >= 0 else ""
+        return (_one_separator_off(schema), text[q + len("{question}:"):].strip(),
+                _clean(knowledge))
     q = text.rfind("Question:\n")
     if q >= 0:
         end = text.find("\n\nInstructions:", q)
         question = text[q + len("Question:\n"):end if end >= 0 else None]
         k = text.rfind("External Knowledge:\n", 0, q)
         knowledge = text[k + len("External Knowledge:\n"):q] if k >= 0 else ""
-        return question.strip(), _clean(knowledge)
-    return text.strip(), ""
+        d = text.find("Database Schema:\n")
+        stop = text.find("\nThis schema describes", d) if d >= 0 else -1
+        schema = text[d + len("Database Schema:\n"):stop if stop >= 0 else (k if k >= 0 else q)]
+        return (schema.strip() if d >= 0 else "", question.strip(), _clean(knowledge))
+    return "", text.strip(), ""
+
+
+def _one_separator_off(schema: str) -> str:
+    """SkyRL joins the parts with ";" after the schema, whose own last statement ends in ";"
+    too: only the joining one goes."""
+    s = schema.strip()
+    return s[:-1].rstrip() if s.endswith(";") else s
 
 
 def _clean(knowledge: str) -> str:

@@ -11,6 +11,25 @@ test.json (its databases in `test_database/`, as spider_data.zip ships them), an
 
 Each task's meta has `difficulty`, Spider's level of its gold query (easy / medium / hard /
 extra, see `skyhub.envs.sql.hardness`), so results can be broken down as papers do.
+
+OmniSQL's layout (its data.zip, which SkyRL-SQL's evaluation uses as DB_ROOT) is found when
+`data_dir` is that `data/` folder (or the folder above it): `spider/` (dev.json, test.json,
+database/, test_database/), `Spider-DK/` (Spider-DK.json, database/), `spider-realistic/`
+(spider-realistic.json) and `Spider-Syn/` (dev.json), the variants without databases using
+`spider/database/` next to them, as OmniSQL's evaluate_spider runs do.
+
+SkyRL-SQL's evaluation files (NovaSky-AI/SkyRL-SQL-eval: dev_spider.json, test_spider.json,
+dev_spider_dk.json, dev_spider_realistic.json, dev_spider_syn.json) carry the schema text
+OmniSQL built for each question (CREATE TABLE statements with example values per column).
+The layout, as OmniSQL's fork evaluate_skysql/infer_multiturn.py reads it: a JSON list, one
+object per question of the release's question file, in its order, with `schema`,
+`external_knowledge` and `question` (the database and gold come from the release: their
+gold file lists them in the same order). Where such a file is found for the release and split
+(`skyrl_eval=` a file or folder; else a `skyrl_eval/` or `skyrl_sql_eval/` folder next to
+OmniSQL's `data/`; else `$SKYHUB_DATA/skyrl-sql-eval/`), each task carries it as is:
+`meta["schema_text"]`, `meta["external_knowledge"]`, and the file's question as the prompt.
+`skyrl_eval=False` never looks. A file with fewer questions than the release (the bundled dev
+subset) is matched question by question, in order.
 """
 
 from __future__ import annotations
@@ -27,11 +46,20 @@ from . import BUNDLED, SQLDataset, default_dir
 SPLIT_FILES = {"dev": ["dev.json"], "train": ["train_spider.json", "train_others.json"],
                "test": ["test.json"]}
 BUNDLED_DIR = BUNDLED / "spider-dev-subset"
+#: release (skyhub's folder name) -> its folder in OmniSQL's data/
+OMNISQL_FOLDERS = {"spider": "spider", "spider-dk": "Spider-DK",
+                   "spider-realistic": "spider-realistic", "spider-syn": "Spider-Syn"}
+#: (release, split) -> SkyRL-SQL's evaluation file for it
+SKYRL_EVAL_FILES = {("spider", "dev"): "dev_spider.json", ("spider", "test"): "test_spider.json",
+                    ("spider-dk", "Spider-DK"): "dev_spider_dk.json",
+                    ("spider-realistic", "spider-realistic"): "dev_spider_realistic.json",
+                    ("spider-syn", "dev"): "dev_spider_syn.json"}
+SKYRL_EVAL_DIR = "skyrl-sql-eval"  # under $SKYHUB_DATA ('skyhub data get skyrl-sql-eval')
 
 
 def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "spider",
          spider_dir: str | Path | None = None, variant: str | None = None,
-         **_: object) -> SQLDataset:
+         skyrl_eval: str | Path | bool | None = None, **_: object) -> SQLDataset:
     """Variants that ship no databases (Spider-Syn, Spider-Realistic) or only a few
     (Spider-DK) find the rest in `spider_dir` (default `$SKYHUB_DATA/spider`).
 
@@ -54,18 +82,22 @@ def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "sp
                 f"or set SKYHUB_DATA so that $SKYHUB_DATA/{name}/ holds "
                 f"{', '.join(SPLIT_FILES.get(split, [split + '.json']))} and {dbs}")
         root = BUNDLED_DIR
-    files = [root / f for f in SPLIT_FILES.get(split, [f"{split}.json"])]
+    names = SPLIT_FILES.get(split, [f"{split}.json"])
+    root, omnisql = _release_root(root, name, names)
+    files = [root / f for f in names]
     found = [f for f in files if f.is_file()]
     # Spider's test databases (a superset of the others) ship in test_database/
     own = [root / "test_database"] if split == "test" else []
-    db_roots = [d for d in (*own, root / "database", _spider_databases(spider_dir, root))
+    db_roots = [d for d in (*own, root / "database",
+                            _spider_databases(spider_dir, root, omnisql))
                 if d is not None and d.is_dir()]
     if not found or not db_roots:
         get = f"'skyhub data get {name}'" + (" and 'skyhub data get spider'"
                                               if name != "spider" else "")
         raise DataNotFound(
             f"{'Spider' if name == 'spider' else name} not found under {root} (looked for "
-            f"{', '.join(f.name for f in files)}, tables.json, database/; a variant without "
+            f"{', '.join(f.name for f in files)}, tables.json, database/, there or in "
+            f"OmniSQL's layout, {OMNISQL_FOLDERS.get(name, name)}/ under it; a variant without "
             "databases also looks in $SKYHUB_DATA/spider/database or spider_dir=). Run "
             f"{get} or pass data_dir=... pointing at the unpacked release")
     tasks, i = [], 0
@@ -79,6 +111,9 @@ def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "sp
                       "dataset": name, "external_knowledge": "",
                       "difficulty": spider_hardness(ex["query"])}))
             i += 1
+    eval_file = _skyrl_eval_file(skyrl_eval, name, split, omnisql)
+    if eval_file is not None:
+        tasks = _with_skyrl_eval(tasks, eval_file)
 
     def db_path(db_id: str) -> Path:
         for d in db_roots:
@@ -91,8 +126,98 @@ def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "sp
     return SQLDataset(name, TaskSet(tasks, name=f"{name}-{split}"), db_path)
 
 
-def _spider_databases(spider_dir: str | Path | None, root: Path) -> Path | None:
-    base = default_dir("spider", spider_dir)
+def _release_root(root: Path, name: str, names: list[str]) -> tuple[Path, Path | None]:
+    """(the release's folder, OmniSQL's data/ folder when that is where it was found): `root`
+    itself when it holds the question file, else OmniSQL's folder for the release under
+    `root` or `root/data`."""
+    if any((root / f).is_file() for f in names):
+        return root, None
+    folder = OMNISQL_FOLDERS.get(name, name)
+    for base in (root, root / "data"):
+        if any((base / folder / f).is_file() for f in names):
+            return base / folder, base
+    return root, None
+
+
+def _spider_databases(spider_dir: str | Path | None, root: Path,
+                      omnisql: Path | None = None) -> Path | None:
+    # OmniSQL's own spider/ first when the release was found in its layout
+    base = (omnisql / "spider" if omnisql is not None and spider_dir is None
+            else default_dir("spider", spider_dir))
     if base is None or base.resolve() == root.resolve():
         return None
     return base / "database"
+
+
+def _skyrl_eval_file(skyrl_eval: str | Path | bool | None, name: str, split: str,
+                     omnisql: Path | None) -> Path | None:
+    """SkyRL-SQL's evaluation file for this release and split, if one is found."""
+    if skyrl_eval is False:
+        return None
+    file = SKYRL_EVAL_FILES.get((name, split))
+    if skyrl_eval is not None and skyrl_eval is not True:
+        given = Path(skyrl_eval).expanduser()
+        if given.is_file():
+            return given
+        if file is None or not (given / file).is_file():
+            raise DataNotFound(
+                f"skyrl_eval={str(given)!r}: no SkyRL-SQL evaluation file for {name} "
+                f"({split!r}) there (looked for {file or 'none: this release has none'}). "
+                "Download NovaSky-AI/SkyRL-SQL-eval ('skyhub data get skyrl-sql-eval') or "
+                "pass skyrl_eval=False")
+        return given / file
+    if file is None:
+        return None
+    dirs = [omnisql.parent / d for d in ("skyrl_eval", "skyrl_sql_eval")] if omnisql else []
+    dirs.append(default_dir(SKYRL_EVAL_DIR, None))  # $SKYHUB_DATA/skyrl-sql-eval, if there
+    for d in dirs:
+        if d is not None and (d / file).is_file():
+            return d / file
+    return None
+
+
+def _with_skyrl_eval(tasks: list[Task], path: Path) -> list[Task]:
+    """The tasks with the evaluation file's schema text, knowledge and question. Rows go with
+    the release's questions in order (SkyRL-SQL pairs them with the gold file by line); when
+    the tasks are fewer (a subset, as the bundled dev subset is), each is matched with the
+    next row asking its question; fewer rows than tasks is an error."""
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path}: not SkyRL-SQL's evaluation format (a JSON list of objects)")
+    for i, r in enumerate(rows):
+        missing = [k for k in ("schema", "question") if not isinstance(r.get(k), str)]
+        if missing:
+            what = (" (this is OmniSQL's processed file, input_seq/output_seq; SkyRL-SQL's "
+                    "evaluation files are NovaSky-AI/SkyRL-SQL-eval)" if "input_seq" in r
+                    else "")
+            raise ValueError(f"{path}: row {i} has no {' or '.join(missing)}{what}")
+    if len(rows) == len(tasks):
+        pairs = list(zip(tasks, rows, strict=True))
+    elif len(rows) > len(tasks):
+        pairs, j = [], 0
+        for t in tasks:
+            while j < len(rows) and _norm(rows[j]["question"]) != _norm(t.prompt):
+                j += 1
+            if j == len(rows):
+                raise ValueError(f"{path}: no row for task {t.id} ({t.prompt!r}) in order; "
+                                 "is it the evaluation file of this release and split?")
+            pairs.append((t, rows[j]))
+            j += 1
+    else:
+        raise ValueError(f"{path} has {len(rows)} questions, the release {len(tasks)}: not "
+                         "its evaluation file (pass skyrl_eval=False to use none)")
+    out = []
+    for t, r in pairs:
+        if r.get("db_id") not in (None, t.meta["db_id"]):
+            raise ValueError(f"{path}: the row for task {t.id} is about database "
+                             f"{r['db_id']!r}, the release's question about {t.meta['db_id']!r}")
+        question = r["question"]
+        knowledge = str(r.get("external_knowledge") or "").strip()
+        out.append(Task(id=t.id, prompt=question, answer=t.answer, meta={
+            **t.meta, "question": question, "external_knowledge": knowledge,
+            "schema_text": r["schema"], "prompt_source": str(path)}))
+    return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).split())
