@@ -5,15 +5,19 @@ Each turn the agent thinks in `<think>...</think>` and then either explores with
 `<sql>...</sql>` (answered with `<observation>...</observation>`) or ends with
 `<solution>...</solution>`. Prompt structure, tags, the 50-row table and the format rules
 follow SkyRL-SQL (NovaSky, 2025) so rewards and accuracies are comparable with its results.
+
+Tag parsing and the format rules are skyrl-gym 0.4's (`text2sql`), as strict as it is: tags
+match only as written in lower case (`<THINK>`, `<think >` and an unclosed `<think>` are no
+think block; `<SOLUTION>` neither ends the episode nor counts as a solution). The rules read
+the agent's turns only: each observation of the env counts as an empty observation frame
+(`OBSERVATION_FRAME`), so nothing the env writes (reminders that mention `<solution>`,
+error messages, rows of the database) changes the agent's verdict.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
-
-from skyhub.protocol import find_tag
 
 SYSTEM_PROMPT = """\
 Task overview:
@@ -61,10 +65,26 @@ External knowledge:
 Question:
 {question}
 
-You have {max_turns} turns."""
+{budget}"""
 
 STOP_STRINGS = ("</sql>", "</solution>")
-_FORBIDDEN_IN_SOLUTION = ("think", "sql", "observation")
+
+# Tags are matched exactly as skyrl-gym writes them: lower case, no spaces or attributes.
+# `<SOLUTION>`, `<solution >` and `<Think>` are text, not tags (the regexes below are the
+# only exceptions, and say so).
+SOLUTION_OPEN, SOLUTION_CLOSE = "<solution>", "</solution>"
+_SQL = re.compile(r"<sql>(.*?)</sql>", re.S)
+_THINK = re.compile(r"<think>(.*?)</think>", re.S)
+_SOLUTIONS = re.compile(r"<solution>(.*?)</solution>", re.S)
+_TAG_IN_SOLUTION = re.compile(r"</?(think|sql|observation)\b", re.I)  # any case, as SkyRL
+_OBSERVATION_END = re.compile(r"</observation>", re.I)
+_LOOSE_TAG = re.compile(r"<\s*/?\s*(sql|solution)\b[^>]*>", re.I)
+
+#: What stands for each observation of the env when the format rules read a trajectory:
+#: skyrl-gym's observation frame with no text inside. The rules read the agent's turns
+#: and the frames between them, never text the env wrote (a reminder, an error message, a
+#: row of the database), so no such text can break or fake the agent's format.
+OBSERVATION_FRAME = "\n\n<observation>\n</observation>\n\n"
 
 
 @dataclass(frozen=True)
@@ -77,79 +97,96 @@ class Turn:
     error: str = ""
 
 
+def ends_episode(action: str) -> bool:
+    """skyrl-gym's rule: a turn that contains both `<solution>` and `</solution>` (in any
+    order, anywhere) ends the episode; its reward then comes from `skyrl_format`."""
+    return SOLUTION_OPEN in action and SOLUTION_CLOSE in action
+
+
+def last_solution(text: str) -> str | None:
+    """The content of the last `<solution>...</solution>` in `text` (stripped), or None."""
+    found = _SOLUTIONS.findall(text)
+    return found[-1].strip() if found else None
+
+
 def parse_turn(action: str) -> Turn:
-    """The agent's request in one turn. A `<solution>` anywhere ends the episode; otherwise
-    the first `<sql>` is run. Never raises."""
+    """The agent's request in one turn. A turn that ends the episode (`ends_episode`) is a
+    `solution` (its last complete `<solution>` block, "" if none); otherwise the first
+    `<sql>...</sql>` is run, as skyrl-gym does. Never raises."""
     text = action if isinstance(action, str) else ""
-    sol = find_tag(text, "solution")
-    if sol is not None:
-        if not sol.closed:
-            return Turn("invalid", error="the <solution> tag is not closed; write "
-                        "<solution>SQL</solution>")
-        return Turn("solution", sql=sol.content.strip())
-    q = find_tag(text, "sql")
-    if q is None:
-        if not text.strip():
-            why = "the turn is empty"
-        else:
-            why = "no <sql>...</sql> or <solution>...</solution> was found"
-        return Turn("invalid", error=f"{why}; explore with <sql>SQL</sql> or answer with "
-                    "<solution>SQL</solution>")
-    if not q.closed:
-        return Turn("invalid", error="the <sql> tag is not closed; write <sql>SQL</sql>")
-    if not q.content.strip():
-        return Turn("invalid", error="the <sql> block is empty")
-    return Turn("sql", sql=q.content.strip())
+    if ends_episode(text):
+        return Turn("solution", sql=last_solution(text) or "")
+    q = _SQL.search(text)
+    if q is not None and q.group(1).strip():
+        return Turn("sql", sql=q.group(1).strip())
+    if q is not None:
+        why = "the <sql> block is empty"
+    elif not text.strip():
+        why = "the turn is empty"
+    elif SOLUTION_OPEN in text:
+        why = "the <solution> tag is not closed; write <solution>SQL</solution>"
+    elif "<sql>" in text:
+        why = "the <sql> tag is not closed; write <sql>SQL</sql>"
+    elif (loose := _LOOSE_TAG.search(text)) is not None:
+        why = (f"{loose.group(0)!r} is not a tag here: write the tags exactly as "
+               "<sql>...</sql> and <solution>...</solution> (lower case, no spaces)")
+    else:
+        why = "no <sql>...</sql> or <solution>...</solution> was found"
+    if q is None and SOLUTION_OPEN not in text:
+        why += "; explore with <sql>SQL</sql> or answer with <solution>SQL</solution>"
+    return Turn("invalid", error=why)
 
 
-def trajectory_text(actions: list[str], observations: list[str]) -> str:
-    """The agent's turns interleaved with the env's observations, as the model saw them."""
-    parts = []
-    for i, a in enumerate(actions):
-        parts.append(a)
-        if i < len(observations) and observations[i]:
-            parts.append(observations[i])
-    return "\n".join(parts)
+@dataclass(frozen=True)
+class FormatCheck:
+    """SkyRL-SQL's verdict on a trajectory's format: `ok`, the `solution` it extracts (when
+    ok) and, for the info dict, what was wrong (`problems`, empty when ok)."""
+
+    ok: bool
+    solution: str | None
+    problems: tuple[str, ...]
 
 
-_TAGS_RE = re.compile(r"<\s*(/)?\s*(think|sql|solution|observation)(?:\s[^<>]*)?\s*>",
-                      re.IGNORECASE)
+def skyrl_format(actions: list[str]) -> FormatCheck:
+    """skyrl-gym's format rules (`text2sql`, 0.4) over the agent's turns, joined by empty
+    observation frames (`OBSERVATION_FRAME`), as its chat history joins them:
 
-
-def format_violations(actions: list[str], observations: list[str]) -> list[str]:
-    """SkyRL-SQL's format rules over a whole trajectory; an empty list means it is valid.
-
-    1. exactly one `<solution>...</solution>` pair;
-    2. at least one `<think>`;
-    3. every `</observation>` is followed by a `<think>`;
-    4. no think/sql/observation tags inside the solution.
-    One scan of the trajectory's tags serves every rule (this runs at every episode's end).
-    """
-    text = trajectory_text(actions, observations)
-    tags = [(m.group(2).lower(), m.group(1) is not None, m.start(), m.end())
-            for m in _TAGS_RE.finditer(text)]
-    opens = Counter(name for name, closing, _, _ in tags if not closing)
-    closes = Counter(name for name, closing, _, _ in tags if closing)
+    1. exactly one `<solution>`, and after it exactly one `</solution>` (exact, lower case);
+    2. no think/sql/observation tag, opening or closing, in any case, inside the solution;
+    3. at least one `<think>...</think>` (exact, lower case) anywhere;
+    4. before the solution, each `</observation>` is followed (after white space) by
+       `<think>`, compared in lower case (so `<THINK>` passes here, though not rule 3).
+    The solution is the text between the tags, stripped."""
+    text = OBSERVATION_FRAME.join(a if isinstance(a, str) else str(a) for a in actions)
     problems = []
-    if (opens["solution"], closes["solution"]) != (1, 1):
-        problems.append(f"expected exactly one <solution>...</solution>, found "
-                        f"{opens['solution']} opening and {closes['solution']} closing tags")
-    if opens["think"] < 1:
-        problems.append("no <think> block")
-    for k, (name, closing, _, end) in enumerate(tags):
-        if name == "observation" and closing:
-            nxt = tags[k + 1] if k + 1 < len(tags) else None
-            if nxt is None or nxt[:2] != ("think", False) or text[end:nxt[2]].strip():
+    solution = None
+    opens = text.count(SOLUTION_OPEN)
+    if opens != 1:
+        problems.append(f"expected exactly one <solution>, found {opens}")
+    else:
+        before, after = text.split(SOLUTION_OPEN, 1)
+        closes = after.count(SOLUTION_CLOSE)
+        if closes != 1:
+            problems.append(f"expected exactly one </solution> after <solution>, found {closes}")
+        else:
+            body = after.split(SOLUTION_CLOSE, 1)[0]
+            if _TAG_IN_SOLUTION.search(body):
+                problems.append("the solution contains think/sql/observation tags")
+            solution = body.strip()
+        for m in _OBSERVATION_END.finditer(before):
+            if not before[m.end():].lstrip().lower().startswith("<think>"):
                 problems.append("an observation is not followed by <think>")
                 break
-    inside = False
-    for name, closing, _, _ in tags:
-        if name == "solution":
-            inside = not closing
-        elif inside:
-            problems.append("the solution contains think/sql/observation tags")
-            break
-    return problems
+    if _THINK.search(text) is None:
+        problems.append("no <think> block")
+    ok = not problems
+    return FormatCheck(ok, solution if ok else None, tuple(problems))
+
+
+def format_violations(actions: list[str]) -> list[str]:
+    """What breaks SkyRL-SQL's format rules in the agent's turns (`skyrl_format`); empty
+    when the format is valid."""
+    return list(skyrl_format(actions).problems)
 
 
 def render_table(columns: list[str], rows: list[tuple], *, max_rows: int, max_chars: int,

@@ -1,22 +1,27 @@
 """How a solution is scored: pure functions over query results (easy to unit-test).
 
 Two comparisons, named for where they come from:
-- `skyrl` (SkyRL-SQL's training reward): the solution is right when the *set* of its result
-  rows equals the set of the gold rows. Row order, duplicates and a different column order
-  that changes tuples count as written: (1, 'a') != ('a', 1).
-- `spider_exec` (Spider's execution accuracy, as in the official test-suite evaluation):
-  rows are compared as *multisets* (duplicates matter), in order only when the gold query has
-  a top-level ORDER BY, and a permutation of the columns is accepted (the evaluator does
-  that, since `SELECT a, b` and `SELECT b, a` answer the same question).
-So `spider_exec` is stricter about duplicates and ordering and looser about column order.
+- `skyrl` (SkyRL-SQL's training reward, skyrl-gym's `text2sql`): the solution is right when
+  the *set* of its result rows equals the set of the gold rows (Python's frozenset
+  equality: row order and duplicates do not count, column order does: (1, 'a') != ('a', 1);
+  1 == 1.0). The format rules that make a reward -1 are protocol.py's.
+- `spider_exec` (Spider's official execution match, `evaluation.py --etype exec` of
+  taoyds/test-suite-sql-eval, which SkyRL-SQL's published numbers use): rows compare as
+  multisets (duplicates count), in order only when the gold contains `order by` anywhere,
+  under any permutation of the columns; both queries are first processed as the evaluator
+  does (DISTINCT removed, `> =` closed up, ...). The rules and why: spider_eval.py.
+So `spider_exec` is stricter about duplicates and ordering and looser about column order
+and DISTINCT.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
-from collections import Counter
 from collections.abc import Sequence
+
+from skyhub.errors import UsageError
+
+from .spider_eval import order_matters, results_match
 
 Rows = Sequence[tuple]
 
@@ -26,7 +31,9 @@ def skyrl_match(pred: Rows, gold: Rows) -> bool:
 
 
 def has_order_by(sql: str) -> bool:
-    """Whether a query has an ORDER BY outside parentheses and string literals."""
+    """Whether a query has an ORDER BY outside parentheses and string literals. Not the
+    official evaluator's test (`spider_eval.order_matters`: `order by` anywhere in the
+    text); engine comparisons use it to tell a top-level ordering apart."""
     s = re.sub(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"", "''", sql)
     depth, i, low = 0, 0, s.lower()
     while i < len(low):
@@ -44,36 +51,15 @@ def has_order_by(sql: str) -> bool:
 
 
 def spider_exec_match(pred: Rows, gold: Rows, *, order_matters: bool) -> bool:
-    pred, gold = [tuple(r) for r in pred], [tuple(r) for r in gold]
-    if len(pred) != len(gold):
-        return False
-    if not gold:
-        return True
-    width = len(gold[0])
-    if any(len(r) != width for r in pred):
-        return False
-    if width > 8:  # permutations explode; compare as written (no Spider gold is this wide)
-        perms: Sequence[tuple[int, ...]] = [tuple(range(width))]
-    else:
-        perms = list(itertools.permutations(range(width)))
-    gold_counter = None if order_matters else Counter(gold)
-    gold_columns = [Counter(r[j] for r in gold) for j in range(width)]
-    for perm in perms:
-        # cheap filter: each permuted column must hold the same values as the gold column
-        if any(Counter(r[p] for r in pred) != gold_columns[j] for j, p in enumerate(perm)):
-            continue
-        permuted = [tuple(r[p] for p in perm) for r in pred]
-        if order_matters and permuted == gold:
-            return True
-        if not order_matters and Counter(permuted) == gold_counter:
-            return True
-    return False
+    """The official evaluator's comparison of two results (`spider_eval.results_match`)."""
+    return results_match(gold, pred, order_matters=order_matters)
 
 
 def score(kind: str, pred: Rows, gold: Rows, gold_sql: str) -> bool:
-    """Whether `pred` answers like `gold` under comparison `kind` (`skyrl`/`spider_exec`)."""
+    """Whether `pred` answers like `gold` under comparison `kind` (`skyrl`/`spider_exec`);
+    `gold_sql` is the dataset's gold query (for spider_exec, whether order counts)."""
     if kind == "skyrl":
         return skyrl_match(pred, gold)
     if kind == "spider_exec":
-        return spider_exec_match(pred, gold, order_matters=has_order_by(gold_sql))
-    raise ValueError(f"reward must be 'skyrl' or 'spider_exec', got {kind!r}")
+        return results_match(gold, pred, order_matters=order_matters(gold_sql))
+    raise UsageError(f"reward must be 'skyrl' or 'spider_exec', got {kind!r}")

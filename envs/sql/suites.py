@@ -1,7 +1,9 @@
 """The SQL family's evaluation suites: `skyrl-sql`, SkyRL-SQL's Spider results table.
 
 SkyRL-SQL (NovaSky, "SkyRL-SQL: Matching GPT-4o and o4-mini on Text2SQL with Multi-Turn RL",
-May 2025) reports execution accuracy on five Spider benchmarks, each episode allowed 5 turns.
+May 2025) reports execution accuracy on five Spider benchmarks, each question given 5 tool
+rounds and a final answer, scored with Spider's official evaluator (`METHOD` below; the
+suite's report carries it in its description).
 Every column here is `sql-spider` loading one release with the Spider loader, so each is
 looked for where `skyhub data get` puts it:
 
@@ -31,42 +33,55 @@ SOURCE = ("NovaSky (Shu Liu et al.), \"SkyRL-SQL: Matching GPT-4o and o4-mini on
 
 COLUMNS = ("Spider-Dev", "Spider-Test", "Spider-Realistic", "Spider-DK", "Spider-Syn")
 
-# SkyRL-SQL scores a benchmark with the check it trains with: the solution is right when the
-# set of its result rows equals the gold query's (SkyRL's text2sql reward; a broken format
-# scores -1), and execution accuracy is the share of questions scored 1. That is SQLEnv's
-# reward="skyrl" (accuracy = episodes whose outcome is success), not Spider's stricter
-# multiset/order comparison ("spider_exec"), which would not reproduce their numbers.
-REWARD = "skyrl"
-MAX_TURNS = 5  # "evaluated in 5 turns" (SkyRL README); SQLEnv's default of 6 is for training
+# How SkyRL-SQL measured its table, which the suite reproduces:
+# - protocol: its evaluation loop (SQLEnv protocol="skyrl-eval"): up to 5 tool rounds, in
+#   which each <sql> runs and its result comes back, then one final generation; the
+#   prediction is the last <solution> of the agent's turns, with no format rule; a query
+#   that fails, runs past 40 s or is missing is wrong;
+# - metric: Spider's official execution accuracy (taoyds/test-suite-sql-eval, exec match
+#   with plug_value=False, keep_distinct=False: reward="spider_exec", spider_eval.py), the
+#   share of questions judged right. Not the training reward (set equality, -1 for a broken
+#   format), which scores other things right and wrong.
+PROTOCOL = "skyrl-eval"
+REWARD = "spider_exec"
+MAX_TURNS = 5  # tool rounds ("evaluated in 5 turns", SkyRL README); then the final answer
+METHOD = ("Protocol: SkyRL-SQL's evaluation (skyrl-eval): up to 5 tool rounds, each <sql> run "
+          "and its result shown, then one final generation; the prediction is the last "
+          "<solution> of the agent's turns, with no format rule; a query that fails, runs "
+          "past 40 s or is missing is wrong. Metric: Spider's official execution accuracy "
+          "(test-suite-sql-eval exec match, plug_value=False, keep_distinct=False: DISTINCT "
+          "removed, rows as a multiset, in order when the gold says ORDER BY, any column "
+          "order).")
 
+_HOW = {"protocol": PROTOCOL, "reward": REWARD}
 _SPIDER_HINT = ("'skyhub data get spider' puts the official spider_data.zip in "
                 "$SKYHUB_DATA/spider/")
 _NEEDS_SPIDER = " (its databases are Spider's: also run 'skyhub data get spider')"
 
 RUNS = (
-    SuiteRun("Spider-Dev", "sql-spider", {"split": "dev", "reward": REWARD},
+    SuiteRun("Spider-Dev", "sql-spider", {"split": "dev", **_HOW},
              max_turns=MAX_TURNS,
              data_hint="Without data this runs the bundled Spider dev subset (972 of the 1034 "
                        "questions: wta_1 is missing). For the full dev set, "
                        f"{_SPIDER_HINT} (dev.json, database/)."),
-    SuiteRun("Spider-Test", "sql-spider", {"split": "test", "reward": REWARD},
+    SuiteRun("Spider-Test", "sql-spider", {"split": "test", **_HOW},
              max_turns=MAX_TURNS,
              data_hint=f"{_SPIDER_HINT}: the 2024 release has test.json and test_database/ "
                        "(2,147 questions)."),
     SuiteRun("Spider-Realistic", "sql-spider",
-             {"variant": "spider-realistic", "split": "spider-realistic", "reward": REWARD},
+             {"variant": "spider-realistic", "split": "spider-realistic", **_HOW},
              max_turns=MAX_TURNS,
              data_hint="'skyhub data get spider-realistic' (zenodo.org/records/5205322) puts "
                        "spider-realistic.json in $SKYHUB_DATA/spider-realistic/"
                        f"{_NEEDS_SPIDER}."),
     SuiteRun("Spider-DK", "sql-spider",
-             {"variant": "spider-dk", "split": "Spider-DK", "reward": REWARD},
+             {"variant": "spider-dk", "split": "Spider-DK", **_HOW},
              max_turns=MAX_TURNS,
              data_hint="'skyhub data get spider-dk' (github.com/ygan/Spider-DK) puts "
                        "Spider-DK.json, tables.json and its 3 databases in database/ under "
                        f"$SKYHUB_DATA/spider-dk/{_NEEDS_SPIDER}."),
     SuiteRun("Spider-Syn", "sql-spider",
-             {"variant": "spider-syn", "split": "dev", "reward": REWARD},
+             {"variant": "spider-syn", "split": "dev", **_HOW},
              max_turns=MAX_TURNS,
              data_hint="'skyhub data get spider-syn' (github.com/ygan/Spider-Syn) puts its "
                        "Spider-Syn/dev.json in $SKYHUB_DATA/spider-syn/ (the SpiderSynQuestion "
@@ -89,7 +104,7 @@ REFERENCE = {
 SKYRL_SQL = Suite(
     name="skyrl-sql",
     description="SkyRL-SQL's evaluation: execution accuracy on Spider-Dev, Spider-Test, "
-                "Spider-Realistic, Spider-DK and Spider-Syn, 5 turns per question.",
+                "Spider-Realistic, Spider-DK and Spider-Syn. " + METHOD,
     runs=RUNS, reference=REFERENCE, source=SOURCE)
 
 

@@ -75,9 +75,10 @@ def test_reference_episodes_succeed(env: SQLEnv, db: str) -> None:
         assert (r, term, info["outcome"]) == (1.0, True, "success"), (task.answer, info)
 
 
-def test_gold_solution_scores_one_on_at_least_95_percent() -> None:
-    """As test_spider_gold on sqlite; the misses are the golds DuckDB cannot run (the
-    categories of test_engines_agree: text compared with numbers, JOIN without ON)."""
+def test_gold_solution_scores_one_on_every_task() -> None:
+    """Whole episodes of the oracle, as test_spider_gold on sqlite. The golds DuckDB cannot
+    run (text compared with numbers: see test_engines_agree) are scored against SQLite's
+    gold result, and their reference action returns it as a literal table."""
     with skyhub.make("sql-spider", engine="duckdb") as env:
         failures = []
         for task in env.tasks:
@@ -90,8 +91,7 @@ def test_gold_solution_scores_one_on_at_least_95_percent() -> None:
         print(f"\nduckdb: gold solution reward 1 on {rate:.2%} of {len(env.tasks)} episodes")
         for f in failures:
             print("  FAIL", *f)
-        assert rate >= 0.95
-        assert all(f[2] and f[2].startswith("gold query failed") for f in failures)
+        assert not failures
 
 
 HOSTILE = {

@@ -94,7 +94,10 @@ def test_suite_is_skyrl_sqls_table() -> None:
     assert [r.name for r in suite.runs] == COLUMNS
     assert {r.env_id for r in suite.runs} == {"sql-spider"}
     assert all(r.max_turns == 5 for r in suite.runs)
-    assert all(r.kwargs["reward"] == "skyrl" for r in suite.runs)
+    # SkyRL-SQL's evaluation loop, scored with Spider's official execution match
+    assert all(r.kwargs["protocol"] == "skyrl-eval" for r in suite.runs)
+    assert all(r.kwargs["reward"] == "spider_exec" for r in suite.runs)
+    assert "skyrl-eval" in suite.description and "official" in suite.description
     assert all(r.data_hint for r in suite.runs)
     assert suite.reference == {
         "SkyRL-SQL-7B": dict(zip(COLUMNS, [83.9, 85.2, 81.1, 72.0, 73.7], strict=True)),
