@@ -3,9 +3,12 @@
     env = skyhub.make("sql-spider")                       # bundled Spider dev subset
     env = skyhub.make("sql-spider", data_dir="~/data/spider", split="train")
     env = skyhub.make("sql-synth", difficulty="medium")   # generated, offline, endless
+    env = skyhub.make("sql-spider", protocol="skyrl-eval")  # SkyRL-SQL's evaluation, scored
+                                                          # with Spider's official exec match
 
 Registration only: nothing heavy is imported until an env is made. The family's evaluation
-suite (`skyrl-sql`, SkyRL-SQL's Spider table: envs/sql/suites.py) registers here too.
+suite (`skyrl-sql`, SkyRL-SQL's Spider table under its evaluation protocol:
+envs/sql/suites.py) registers here too.
 """
 
 from skyhub.registry import register
