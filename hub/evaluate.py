@@ -216,7 +216,6 @@ class _EvalLoop:
     def __init__(self, venv: Any, tasks: Any, agent: Agent, seed: int, max_steps: int,
                  finished: Callable[[EvalEpisode], None]) -> None:
         self.venv, self.tasks, self.agent = venv, tasks, agent
-        self.prompts = venv.get_attr("system_prompt")
         agent.use_stop_strings(tuple(venv.get_attr("stop_strings", env_ids=[0])[0] or ()))
         self.seed, self.max_steps, self.finished = seed, max_steps, finished
         self.replies: queue.SimpleQueue[tuple[int, Any, float]] = queue.SimpleQueue()
@@ -279,7 +278,10 @@ class _EvalLoop:
 
         if i in self.fresh:  # the first observation of a new episode
             k, meta, t0 = self.fresh.pop(i)
-            ep = EvalEpisode(info.get("task_id"), self.prompts[i], obs, index=k,
+            # the prompt may change per episode (data that carries its own chat): read it
+            # after this reset, from the slot just received (so not in flight)
+            prompt = self.venv.get_attr("system_prompt", env_ids=[i])[0]
+            ep = EvalEpisode(info.get("task_id"), prompt, obs, index=k,
                              seed=self.seed + k, meta=meta, latency_s=t0)
             self.running[i] = ep
             if info.get("infra_error"):

@@ -24,6 +24,16 @@ answers with a `<solution>`. Two protocols (`protocol=`), both SkyRL-SQL's:
   and PostgreSQL the official rules apply but for its `value` -> `1` substitution in the
   prediction (a placeholder of old Spider models that would break DuckDB's any_value).
 
+What the agent reads: a task that carries its data's own chat (`meta["prompt_messages"]`,
+SkyRL-SQL-653's `prompt`) starts with it verbatim, its system message as the episode's
+`system_prompt` (None without one) and its user message as the first observation
+(`data_prompt=False`: skyhub's, as for other tasks). Other tasks get skyhub's system prompt and
+a first observation in SkyRL-SQL's order (engine, schema, knowledge, question, turn budget),
+the schema being the data's own text where it has one (SkyRL-SQL's evaluation files). The
+observations after each turn are skyhub's (a table with column names, at most `max_rows`
+rows, the turns left), not skyrl-gym's text (a pandas rendering of the rows as a set, a
+`<reminder>`): the model reads other words there, and no reward changes.
+
 Where `skyrl-train` differs from skyrl-gym on purpose, with the reward skyhub gives:
 - A solution that is not a read (INSERT/UPDATE/DELETE, DDL, ATTACH/DETACH, BEGIN/COMMIT,
   PRAGMA assignments, VACUUM, TEMP objects): skyrl-gym runs it on a read-write connection
@@ -128,6 +138,12 @@ class SQLEnv(TextEnv):
         result_cache: reuse the result of a query already run in the episode (an agent often
             submits the query it just checked) and gold results across episodes. Turn off for
             datasets whose queries are not deterministic (e.g. `random()`).
+        data_prompt: where the task carries the chat its data was published with
+            (`meta["prompt_messages"]`: SkyRL-SQL-653's `prompt`), show it as it is: its
+            system message is the episode's system prompt (None when it has none) and its
+            user message the first observation, whatever the engine (SkyRL-SQL's prompts
+            say SQLite). False: skyhub's system prompt and first observation (which names
+            the engine and the turn budget) for every task.
         dataset_kwargs: passed to the dataset loader (e.g. synth's `n_tasks`, `difficulty`).
     """
 
@@ -138,7 +154,7 @@ class SQLEnv(TextEnv):
                  reward: str | None = None, max_turns: int | None = None, max_rows: int = 50,
                  max_chars: int = 4000, timeout_s: float = 5.0,
                  solution_timeout_s: float | None = None, example_rows: int = 3,
-                 dsn: str | None = None, result_cache: bool = True,
+                 dsn: str | None = None, result_cache: bool = True, data_prompt: bool = True,
                  **dataset_kwargs: Any) -> None:
         super().__init__()
         if protocol not in PROTOCOLS:
@@ -160,7 +176,10 @@ class SQLEnv(TextEnv):
             engine_kwargs["dsn"] = dsn
         self.engine = make_engine(engine, **engine_kwargs)
         self._sqlite: Engine | None = None  # the canonical files, where the engine fails a gold
-        self.system_prompt = proto.SYSTEM_PROMPT.format(max_rows=max_rows)
+        # the system prompt of the episode: skyhub's, or the data's own (set by reset)
+        self.default_system_prompt = proto.SYSTEM_PROMPT.format(max_rows=max_rows)
+        self.system_prompt: str | None = self.default_system_prompt
+        self.data_prompt = data_prompt
         self.result_cache = result_cache
         self._paths: dict[str, Path] = {}
         self._results: dict[tuple[str, str], QueryResult] = {}  # (db, SQL) -> result
@@ -175,6 +194,11 @@ class SQLEnv(TextEnv):
         db = task.meta["db_id"]
         path = self._db_path(db)
         self.engine.begin_episode(db, path)
+        messages = task.meta.get("prompt_messages") if self.data_prompt else None
+        if messages:
+            self.system_prompt, obs = _data_chat(task, messages)
+            return obs, self.make_info(db_id=db)
+        self.system_prompt = self.default_system_prompt
         if self.protocol == "skyrl-train":
             budget = f"You have {self.max_turns} turns."
         else:
@@ -385,6 +409,23 @@ class SQLEnv(TextEnv):
         self.engine.close()
         if self._sqlite is not None:
             self._sqlite.close()
+
+
+def _data_chat(task: Task, messages: Any) -> tuple[str | None, str]:
+    """(system prompt, first observation) of a task's own chat: an optional system message,
+    then one user message, each taken verbatim."""
+    roles = [m.get("role") if isinstance(m, dict) else None for m in messages] \
+        if isinstance(messages, list | tuple) else []
+    ok = roles in (["user"], ["system", "user"]) and all(
+        isinstance(m.get("content"), str) for m in messages)
+    if not ok:
+        raise UsageError(
+            f"task {task.id}: its prompt_messages are not a system message and a user "
+            f"message (roles: {roles or type(messages).__name__}), which an episode (a system "
+            "prompt, then a first observation) can show as they are; pass data_prompt=False "
+            "to use skyhub's prompt instead")
+    system = messages[0]["content"] if roles[0] == "system" else None
+    return system, messages[-1]["content"]
 
 
 def _execute(engine: Engine, db: str, path: Path, sql: str, max_rows: int,

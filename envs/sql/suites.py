@@ -20,6 +20,12 @@ looked for where `skyhub data get` puts it:
 
 `variant` (the Spider loader's folder name; `name=` would collide with the dataset dispatcher's
 own argument) makes each variant look in `$SKYHUB_DATA/<variant>/` and prefix its task ids.
+OmniSQL's layout (its data.zip, where SkyRL-SQL's evaluation reads from: `spider/`,
+`Spider-DK/`, `spider-realistic/`, `Spider-Syn/`, the variants using `spider/database/`) is
+found from its root, given to every run as `data_dir=`:
+`skyhub eval suite skyrl-sql --data-dir ~/OmniSQL/data`; SkyRL-SQL's evaluation files
+(their schema text) are then read from `skyrl_eval/` next to that `data/`, else from
+`$SKYHUB_DATA/skyrl-sql-eval/`, where found.
 Imported when the registry loads the family (envs/sql/__init__.py): dataclasses only.
 """
 

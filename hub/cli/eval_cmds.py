@@ -239,6 +239,11 @@ def suite_cmd(
     out: Annotated[Path | None, typer.Option(
         help="Directory for one run directory per column plus the suite report.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue each run in --out.")] = False,
+    data_dir: Annotated[Path | None, typer.Option(
+        help="The root every run finds its dataset under, passed to each env as data_dir= "
+             "(e.g. for skyrl-sql: OmniSQL's data/, or the folder holding it: spider/, "
+             "Spider-DK/, spider-realistic/, Spider-Syn/; default: $SKYHUB_DATA's own "
+             "folders, else the bundled data).")] = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
     temperature: TemperatureOpt = None,
@@ -274,6 +279,8 @@ def suite_cmd(
     try:
         for r in runs:
             kwargs = dict(r.kwargs)
+            if data_dir is not None:
+                kwargs["data_dir"] = str(data_dir.expanduser())
             if r.max_turns is not None:
                 kwargs["max_turns"] = r.max_turns
             try:

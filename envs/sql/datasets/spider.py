@@ -132,10 +132,10 @@ def _release_root(root: Path, name: str, names: list[str]) -> tuple[Path, Path |
     `root` or `root/data`."""
     if any((root / f).is_file() for f in names):
         return root, None
-    folder = OMNISQL_FOLDERS.get(name, name)
-    for base in (root, root / "data"):
-        if any((base / folder / f).is_file() for f in names):
-            return base / folder, base
+    for folder in dict.fromkeys((OMNISQL_FOLDERS.get(name, name), name)):  # theirs, then ours
+        for base in (root, root / "data"):
+            if any((base / folder / f).is_file() for f in names):
+                return base / folder, base
     return root, None
 
 
