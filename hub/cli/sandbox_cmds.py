@@ -43,14 +43,20 @@ def sandbox_reap(
         "--older-than", help="Only sandboxes created more than this many seconds ago.")] = 0.0,
     dry_run: Annotated[bool, typer.Option(help="Show what would be removed.")] = False,
 ) -> None:
-    """Remove sandboxes whose owner process is dead (on this host)."""
+    """Remove sandboxes whose owner process is dead (on this host). One that cannot be
+    removed is reported (exit code 1) and the others are removed all the same."""
     from skyhub.sandbox.reap import reap
 
-    removed = reap(older_than_s=older_than, dry_run=dry_run)
+    errors: list[str] = []
+    removed = reap(older_than_s=older_than, dry_run=dry_run, errors=errors)
     verb = "would remove" if dry_run else "removed"
     for name in removed:
         typer.echo(f"{verb} {name}")
     typer.echo(f"{verb} {len(removed)} orphaned sandbox{'es' if len(removed) != 1 else ''}")
+    for why in errors:
+        typer.echo(f"could not remove {why}", err=True)
+    if errors:
+        raise typer.Exit(1)
 
 
 @images_app.command("build")

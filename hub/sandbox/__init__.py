@@ -16,6 +16,10 @@ from typing import Any
 
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot
 
+# eager (reap.py is stdlib only): a lazy export would be shadowed by the submodule of the same
+# name the first time anything imports `skyhub.sandbox.reap`
+from skyhub.sandbox.reap import reap
+
 BACKENDS = ("docker", "local", "e2b")
 
 
@@ -59,10 +63,6 @@ def __getattr__(name: str) -> Any:
         from skyhub.sandbox.pool import Pool
 
         return Pool
-    if name == "reap":
-        from skyhub.sandbox.reap import reap
-
-        return reap
     raise AttributeError(f"module 'skyhub.sandbox' has no attribute {name!r}")
 
 

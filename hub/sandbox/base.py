@@ -193,13 +193,17 @@ class Sandbox(abc.ABC):
     # -- state -------------------------------------------------------------------------
     @abc.abstractmethod
     def snapshot(self) -> Snapshot:
-        """Save the workdir's files, to `restore` later (much cheaper than a new sandbox)."""
+        """Save the workdir's files (and the other places `restore` puts back), to `restore`
+        later (much cheaper than a new sandbox)."""
 
     @abc.abstractmethod
     def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
-        """Put the workdir back as it was at `snap`; by default also kill every process the
-        sandbox's users started, so the next user finds it as new. A snapshot of another
-        sandbox raises `skyhub.errors.UsageError`."""
+        """Put the workdir back as it was at `snap`. By default also kill every process of the
+        sandbox's user and put back every other place it can write ($HOME, /tmp, /dev/shm,
+        /var/tmp, runtime dirs...; each backend's docstring says what it covers), so the
+        next user finds nothing of the last one: what a `Pool` lease relies on.
+        `kill_processes=False` keeps the processes and puts back the workdir only. A
+        snapshot of another sandbox raises `skyhub.errors.UsageError`."""
 
     def alive(self) -> bool:
         """Whether the sandbox still answers (a pool replaces those that don't)."""

@@ -7,16 +7,49 @@ as root without capabilities, so a command's `kill -9 -1` cannot stop the contai
 
 Speed: commands go to an agent process inside the container (see `docker_channel`), so a
 warm `exec("true")` costs about 2 ms instead of a Docker exec (~70 ms). Snapshots are tars
-of the workdir kept in a root-owned directory inside the container (commands cannot tamper
-with the state a pool restores to); `restore` is one agent request.
+kept in a root-owned directory inside the container (commands cannot tamper with the state a
+pool restores to); `restore` is two agent requests.
 
-Every container carries `base.owner_labels()`, so `reap()` removes those whose owner died.
+What a restore gives back (the clean state a pool hands out):
+- skyhub's images, run as `sandbox`: every place that user can write is a tmpfs mount of
+  `disk_mb` (the workdir, /work, /tmp, /var/tmp, /run/lock, $HOME) or docker's /dev/shm, and
+  no other place in the image is writable to it. A snapshot saves them all, a restore kills
+  every process of the user (one kill(-1) from the agent, which runs as that uid) and puts
+  each place back, empties /dev/mqueue and removes the user's System V IPC objects.
+- other images as a non-root user: the same, over the places a walk of the image finds
+  writable (once per image and user, at the first sandbox). Their rootfs stays writable:
+  a tmpfs over a directory would hide what the image put there.
+- a root run user (root owns the image's files: it can change them all, and root without
+  capabilities cannot be told apart from pid 1's tree), an image without python3, or a
+  writable file or directory a restore cannot safely redo: `restore` replaces the container
+  with a new one from the image, keeping the snapshots (~0.5 s instead of ~25 ms). So does a
+  restore that fails in place (e.g. a tree the agent cannot remove).
+`restore(kill_processes=False)` puts back the workdir only: the processes it keeps may be
+using the other places.
+
+Disk: skyhub's images bound each writable place by its tmpfs size (`disk_mb`, default half of
+`memory_mb`; ENOSPC past it). tmpfs is RAM charged to the container's memory limit, so all of
+them together never take more than `memory_mb`. Other images keep a writable rootfs, which
+overlay2 can only bound on xfs with project quotas (`storage_opt`, used when `docker info`
+reports xfs); elsewhere each file a command or stream writes is bounded by RLIMIT_FSIZE
+(`disk_mb`; EFBIG or SIGXFSZ past it), not their sum.
+
+Interpreters: the agent runs `python3 -I -u` (isolated: no user site, no PYTHON* variables,
+no cwd on sys.path) from a root-owned path with a fixed HOME, on every (re)start, so a hook a
+command plants (usercustomize, .pth, sitecustomize, a json.py) never runs inside it.
+
+Budgets: replies over `max_reply_mb` (default 64 MiB; file transfers may be as big as the
+sandbox's disk and memory) break the channel instead of being buffered.
+
+Every container carries `base.owner_labels()`, so `reap()` removes those whose owner died
+(a process SIGKILLed before `close()` cannot remove its containers: that is reap's job).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import io
 import logging
 import posixpath
@@ -37,9 +70,11 @@ from skyhub.sandbox.docker_channel import (
     ChannelTimeout,
     ExecFallback,
     ExecStream,
+    ReplyTooLarge,
     agent_setup_tar,
     extract_as,
     tar_dir_entry,
+    tar_files,
     tar_one,
 )
 
@@ -51,7 +86,25 @@ _client: Any = None
 _client_lock = threading.Lock()
 _FILE_ERRORS = {"FileNotFoundError": FileNotFoundError, "IsADirectoryError": IsADirectoryError,
                 "NotADirectoryError": NotADirectoryError, "PermissionError": PermissionError,
-                "FileExistsError": FileExistsError}
+                "FileExistsError": FileExistsError, "OSError": OSError}
+DEFAULT_MAX_REPLY_MB = 64
+#: skyhub's images: the directories their `sandbox` user can write (besides the workdir,
+#: /work and $HOME), each a tmpfs mount; /dev/shm is docker's own tmpfs
+_TMPFS_PLACES = ("/tmp", "/var/tmp", "/run/lock")
+_HOME = "/home/sandbox"
+_PROTECTED = ("/opt/skyhub", "/proc", "/sys")  # never a place a restore empties
+# the first interpreter >= 3.8 in a root-owned location (the PATH's is the last resort)
+_FIND_PYTHON = ('for p in /usr/local/bin/python3 /usr/bin/python3 /usr/local/bin/python '
+                '/usr/bin/python "$(command -v python3)"; do [ -n "$p" ] && [ -x "$p" ] && '
+                '"$p" -I -c "import sys; sys.exit(sys.version_info < (3, 8))" 2>/dev/null && '
+                '{ echo "$p"; exit 0; }; done; exit 1')
+# runs a spawned program with RLIMIT_FSIZE (and the signals subprocess would reset)
+_WITH_FSIZE = ("import os, resource, signal, sys; n = int(sys.argv[1]); "
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (n, n)); "
+               "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGPIPE, signal.SIGXFSZ)]; "
+               "os.execvp(sys.argv[2], sys.argv[2:])")
+_storage_opt: dict[int, bool] = {}  # id(client) -> whether the daemon bounds a rootfs's size
+_places_cache: dict[tuple[str, str, str], dict[str, list[str]]] = {}
 
 
 def docker_available(timeout: float = 3.0) -> bool:
@@ -71,6 +124,30 @@ def docker_available(timeout: float = 3.0) -> bool:
     except Exception:
         return False
     return _available
+
+
+def default_disk_mb(memory_mb: int) -> int:
+    """`disk_mb` when none is given: half the memory (tmpfs is RAM), at least 64 MiB."""
+    return max(64, int(memory_mb) // 2)
+
+
+def _below(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _storage_opt_supported(client: Any) -> bool:
+    """Whether `storage_opt={"size": ...}` can bound a container's rootfs here: overlay2 on
+    xfs (which must also be mounted with pquota: a create that fails says so, and then this
+    turns False for the process)."""
+    key = id(client)
+    if key not in _storage_opt:
+        try:
+            info = client.info()
+            backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "")
+            _storage_opt[key] = info.get("Driver") == "overlay2" and backing == "xfs"
+        except Exception:
+            _storage_opt[key] = False
+    return _storage_opt[key]
 
 
 def get_client() -> Any:
@@ -98,6 +175,8 @@ class DockerSandbox(Sandbox):
     `image=None` uses skyhub's default image (build it with `skyhub images build`); another
     image works too: the agent is copied in when it has python3 >= 3.8, else every call uses
     Docker's exec API (slow, tens of ms). `user` overrides the image's user for commands.
+    `disk_mb` bounds what commands can write (see the module docstring; default half of
+    `memory_mb`), `max_reply_mb` what the host buffers of one reply.
     """
 
     backend = "docker"
@@ -105,39 +184,82 @@ class DockerSandbox(Sandbox):
     def __init__(self, image: str | None = None, *, cpus: float = 1.0, memory_mb: int = 1024,
                  network: bool = False, workdir: str = "/work", pids: int = base.DEFAULT_PIDS,
                  max_output: int = base.DEFAULT_MAX_OUTPUT, pool: str | None = None,
-                 user: str | None = None, client: Any = None) -> None:
+                 user: str | None = None, client: Any = None, disk_mb: int | None = None,
+                 max_reply_mb: int = DEFAULT_MAX_REPLY_MB) -> None:
         super().__init__(workdir=posixpath.normpath(workdir), max_output=max_output)
-        import docker.errors
-
         from skyhub.sandbox import images
 
         self._closed = True  # until the container exists, close() has nothing to do
         self.client = client or get_client()
         self.image = image or images.image_tag("default")
         self.network = network
+        self.disk_mb = int(disk_mb) if disk_mb is not None else default_disk_mb(memory_mb)
+        if self.disk_mb < 1:
+            raise ValueError(f"disk_mb must be >= 1, got {disk_mb}")
+        # exec replies hold two capped streams in base64; file transfers are bounded by what
+        # the sandbox can hold: its disk and its memory
+        self.max_reply = max(int(max_reply_mb) << 20, 3 * max_output + (1 << 20))
+        self.max_transfer = max(self.max_reply, 2 * (max(self.disk_mb, int(memory_mb)) << 20))
+        self._max_file = max(self.disk_mb << 20, self.max_reply // 2)  # what a read returns
         self._lock = threading.Lock()
         self._chan: AgentChannel | None = None
         self._fallback: ExecFallback | None = None
-        self._snaps: set[str] = set()
+        self._snaps: dict[str, list[list[str]]] = {}  # id -> [[place, its tar], ...]
         self._keep: list[int] = []  # pids kill_all must spare (pid 1's child, when root)
         self._uid, self._gid = 0, 0
         img = self._get_image(image)
+        self._image_id = str(img.id)
         self.user = user if user is not None else (img.attrs.get("Config", {}).get("User") or "0")
+        self._ours = self.image in {images.image_tag(n) for n in images.IMAGES}
+        # skyhub's images as their own user: every writable place is a sized tmpfs
+        self._tmpfs = self._ours and self.user == "sandbox" and not any(
+            _below(self.workdir, p) or _below(p, self.workdir) for p in (*_TMPFS_PLACES, _HOME))
+        self._python: str | None = "/usr/bin/python3" if self._ours else None
+        self._home: str | None = _HOME if self._tmpfs else None
+        self._fsize: int | None = None if self._tmpfs else self.disk_mb << 20
+        self._places: list[str] = []  # restored besides the workdir
+        self._clear: list[str] = []   # emptied by a restore (message queue mounts)
+        self._in_place = True         # False: a restore replaces the container
         self.labels = base.owner_labels(pool)
         self.name = f"skyhub-{self.id}"
+        self._spec = dict(
+            name=self.name, labels=self.labels, init=True, user="0", working_dir=self.workdir,
+            hostname="sandbox", network_mode=None if network else "none",
+            nano_cpus=int(cpus * 1e9), mem_limit=f"{int(memory_mb)}m",
+            memswap_limit=f"{int(memory_mb)}m", pids_limit=int(pids), cap_drop=["ALL"],
+            security_opt=["no-new-privileges"], shm_size=f"{min(self.disk_mb, 64)}m")
+        if self._tmpfs:
+            size = f"size={self.disk_mb}m,exec"
+            own = f"{size},uid=1000,gid=1000,mode=0755"
+            self._spec["tmpfs"] = {self.workdir: own, "/work": own, _HOME: own,
+                                   **{p: f"{size},mode=1777" for p in _TMPFS_PLACES}}
+        self._create_container()
+
+    def _create_container(self) -> None:
+        """Create and start the container, then set it up (`_setup`); SandboxUnavailable
+        when Docker cannot."""
+        import docker.errors
+
+        spec = dict(self._spec)
+        if not self._tmpfs and _storage_opt_supported(self.client):
+            spec["storage_opt"] = {"size": f"{self.disk_mb}m"}
         try:
-            self.container = self.client.containers.create(
-                self.image, ["sleep", "infinity"], name=self.name, labels=self.labels,
-                init=True, user="0", working_dir=self.workdir, hostname="sandbox",
-                network_mode=None if network else "none", nano_cpus=int(cpus * 1e9),
-                mem_limit=f"{int(memory_mb)}m", memswap_limit=f"{int(memory_mb)}m",
-                pids_limit=int(pids), cap_drop=["ALL"], security_opt=["no-new-privileges"])
+            try:
+                self.container = self.client.containers.create(self.image, ["sleep", "infinity"],
+                                                               **spec)
+            except docker.errors.APIError as e:
+                if "storage_opt" not in spec or "storage" not in str(e).lower():
+                    raise
+                _storage_opt[id(self.client)] = False  # e.g. xfs without pquota
+                spec.pop("storage_opt")
+                self.container = self.client.containers.create(self.image, ["sleep", "infinity"],
+                                                               **spec)
         except Exception as e:
             raise SandboxUnavailable(f"cannot create a container from {self.image}: {e}") from e
         self._closed = False
         try:
             self.container.start()
-            self._setup(ours=self.image in {images.image_tag(n) for n in images.IMAGES})
+            self._setup()
         except docker.errors.DockerException as e:
             self.close()
             raise SandboxUnavailable(f"cannot start a sandbox from {self.image}: {e}") from e
@@ -162,31 +284,41 @@ class DockerSandbox(Sandbox):
         r = self.container.exec_run(argv, user=user)
         return r.exit_code, (r.output or b"").decode("utf-8", "replace")
 
-    def _setup(self, ours: bool) -> None:
+    def _setup(self) -> None:
         """Copy the agent in (foreign images), make the workdir the run user's, start the agent
-        (or the exec fallback) and note which pids `kill_all` must spare."""
-        code, _ = (0, "") if ours else self._root(
-            ["python3", "-c", "import sys; sys.exit(sys.version_info < (3, 8))"])
-        if not ours:
+        (or the exec fallback), find the places a restore puts back and note which pids
+        `kill_all` must spare."""
+        if not self._ours:
             self.container.put_archive("/", agent_setup_tar())
+            if self._python is None:
+                code, out = self._root(["sh", "-c", _FIND_PYTHON])
+                self._python = out.strip().splitlines()[-1] if code == 0 and out.strip() \
+                    else ""
         writable = True
-        if ours and self.user == "sandbox" and self.workdir == "/work":
-            self._uid = self._gid = 1000  # as the Dockerfile made it: no need to ask
+        if self._tmpfs:
+            self._uid = self._gid = 1000  # as the Dockerfile and the tmpfs mounts made it
         else:
-            out = self._root(["sh", "-c", 'id -u; id -g; test -w "$1" && echo w', "sh",
-                              self.workdir], user=self.user)[1].split()
+            out = self._root(["sh", "-c", 'id -u; id -g; test -w "$1" && echo w || echo -; '
+                              'printf "%s\\n" "$HOME"', "sh", self.workdir],
+                             user=self.user)[1].splitlines()
             if len(out) >= 2 and out[0].isdigit() and out[1].isdigit():
                 self._uid, self._gid = int(out[0]), int(out[1])
-            writable = "w" in out[2:]
+            writable = len(out) > 2 and out[2] == "w"
+            if len(out) > 3 and out[3].startswith("/"):
+                self._home = out[3]
         parent, leaf = posixpath.split(self.workdir)
         if not writable and leaf:
             # Docker created the workdir as root; the daemon can give it to the run user
             # (root in the container has no CAP_CHOWN)
             self.container.put_archive(parent, tar_dir_entry(leaf, uid=self._uid,
                                                              gid=self._gid))
-        if code == 0:
+        if self._python:
             self._start_agent()
             uid = self._chan.uid if self._chan else 0
+            if self._tmpfs:  # $HOME is an empty tmpfs: what `useradd --create-home` put there
+                self._request({"op": "exec", "cmd": ["cp", "-a", "/etc/skel/.", _HOME],
+                               "timeout": 60, "cwd": "/", "env": None, "stdin": None,
+                               "max_output": 4096}, 90)
         else:
             log.warning("image %s has no python3 >= 3.8: using Docker's exec API per call "
                         "(slow)", self.image)
@@ -197,12 +329,45 @@ class DockerSandbox(Sandbox):
         if uid == 0:  # commands run as pid 1's user: spare `sleep infinity` in kill_all
             out = self._root(["cat", "/proc/1/task/1/children"])[1]
             self._keep = [int(p) for p in out.split() if p.isdigit()]
+        self._find_places(uid)
+
+    def _find_places(self, uid: int) -> None:
+        """Which places besides the workdir a restore puts back, and whether it can do so in
+        place (see the module docstring)."""
+        self._places, self._clear, self._in_place = [], [], True
+        if self._fallback is not None or uid == 0:
+            self._in_place = False
+            return
+        if self._tmpfs:
+            self._places = [p for p in ("/work", _HOME, *_TMPFS_PLACES, "/dev/shm")
+                            if p != self.workdir]
+            self._clear = ["/dev/mqueue"]
+            return
+        key = (self._image_id, self.user, self.workdir)
+        found = _places_cache.get(key)
+        if found is None:  # walked once per image and user, in a container nobody used yet
+            found = self._request({"op": "places"}, 600)
+            found = {k: list(found.get(k) or []) for k in ("dirs", "files", "mqueue")}
+            _places_cache[key] = found
+        for d in found["dirs"]:
+            if _below(d, self.workdir):
+                continue
+            if d == "/" or _below(self.workdir, d) or any(_below(p, d) for p in _PROTECTED):
+                self._in_place = False  # emptying it would take the workdir or us along
+            elif d in found["mqueue"]:
+                self._clear.append(d)
+            else:
+                self._places.append(d)
+        if found["files"]:  # changeable files in directories a restore cannot rewrite
+            self._in_place = False
 
     def _start_agent(self) -> AgentChannel:
         import docker.errors
 
         try:
-            chan = AgentChannel(self.client.api, self.container.id, self.user, self.workdir)
+            chan = AgentChannel(self.client.api, self.container.id, self.user, self.workdir,
+                                python=self._python or "python3", home=self._home,
+                                max_reply=self.max_reply)
         except docker.errors.DockerException as e:
             self._check_container()
             raise InfraError(f"cannot start the agent in sandbox {self.name}: {e}") from e
@@ -240,9 +405,10 @@ class DockerSandbox(Sandbox):
                     self._root(["kill", "-9", str(chan.pid)], user=self.user)
 
     def _request(self, req: dict[str, Any], timeout: float | None,
-                 idempotent: bool = True) -> dict[str, Any] | None:
+                 idempotent: bool = True, max_bytes: int | None = None) -> dict[str, Any] | None:
         """Send one request to the agent. A broken channel is restarted once: idempotent
-        requests are retried, others return None (the command's fate is unknown)."""
+        requests are retried, others return None (the command's fate is unknown). A reply
+        over `max_bytes` (default: `max_reply`) breaks the channel."""
         self._check_open()
         with self._lock:
             for attempt in range(2):
@@ -251,7 +417,14 @@ class DockerSandbox(Sandbox):
                     self._drop_agent()
                     chan = self._start_agent()
                 try:
-                    reply = chan.request(req, timeout)
+                    reply = chan.request(req, timeout, max_bytes)
+                except ReplyTooLarge as e:
+                    self._drop_agent(kill=True)  # the rest of the reply is still on its way
+                    if not idempotent:
+                        return None
+                    raise OSError(errno.EFBIG, f"sandbox {self.name}: {e} (what {req['op']!r} "
+                                  "returns is bounded by max_reply_mb, disk_mb and "
+                                  "memory_mb)") from e
                 except ChannelTimeout as e:
                     self._drop_agent(kill=True)
                     self._check_container()
@@ -268,6 +441,9 @@ class DockerSandbox(Sandbox):
                     continue
                 if not reply.get("ok"):
                     kind = _FILE_ERRORS.get(str(reply.get("type")))
+                    if kind is not None and isinstance(reply.get("errno"), int):
+                        raise kind(reply["errno"], str(reply.get("strerror") or ""),
+                                   *([str(reply["filename"])] if reply.get("filename") else []))
                     if kind is not None:
                         raise kind(reply.get("error", ""))
                     raise InfraError(f"sandbox agent {req['op']!r} failed: "
@@ -289,7 +465,8 @@ class DockerSandbox(Sandbox):
         reply = self._request(
             {"op": "exec", "cmd": cmd if isinstance(cmd, str) else [str(a) for a in cmd],
              "timeout": timeout, "cwd": wd, "env": env, "max_output": self.max_output,
-             "stdin": None if data is None else base64.b64encode(data).decode("ascii")},
+             "stdin": None if data is None else base64.b64encode(data).decode("ascii"),
+             **({} if self._fsize is None else {"fsize": self._fsize})},
             None if timeout is None else timeout + 30, idempotent=False)
         if reply is None:
             return ExecResult(137, "", "skyhub: the sandbox agent was killed (e.g. by `kill -9 "
@@ -308,8 +485,8 @@ class DockerSandbox(Sandbox):
         self._check_open()
         try:
             return AgentChannel(self.client.api, self.container.id, self.user,
-                                self._path(cwd) if cwd else self.workdir, argv=list(argv),
-                                env=env)
+                                self._path(cwd) if cwd else self.workdir,
+                                argv=self._bounded(argv), env=env, max_reply=self.max_reply)
         except docker.errors.DockerException as e:
             self._check_container()
             raise InfraError(f"cannot start {argv[0]!r} in sandbox {self.name}: {e}") from e
@@ -323,10 +500,18 @@ class DockerSandbox(Sandbox):
         self._check_open()
         try:
             return ExecStream(self.client.api, self.container.id, self.user,
-                              self._path(cwd) if cwd else self.workdir, list(argv), env)
+                              self._path(cwd) if cwd else self.workdir, self._bounded(argv),
+                              env)
         except docker.errors.DockerException as e:
             self._check_container()
             raise InfraError(f"cannot start {argv[0]!r} in sandbox {self.name}: {e}") from e
+
+    def _bounded(self, argv: list[str]) -> list[str]:
+        """`argv` under the sandbox's file size bound, where no tmpfs bounds its disk."""
+        argv = [str(a) for a in argv]
+        if self._fsize is None or not self._python:
+            return argv
+        return [self._python, "-I", "-c", _WITH_FSIZE, str(self._fsize), *argv]
 
     # -- files -------------------------------------------------------------------------
     def write_file(self, path: str, data: str | bytes, mode: int | None = None) -> None:
@@ -344,7 +529,9 @@ class DockerSandbox(Sandbox):
         try:
             if self._fallback is not None:
                 return self._fallback.read(target)
-            return base64.b64decode(self._request({"op": "read", "path": target}, 600)["data"])
+            return base64.b64decode(self._request(
+                {"op": "read", "path": target, "max_bytes": self._max_file}, 600,
+                max_bytes=self.max_transfer)["data"])
         except IsADirectoryError:
             raise IsADirectoryError(f"{target} is a directory in sandbox {self.name}; use "
                                     "download() to copy a directory") from None
@@ -380,36 +567,84 @@ class DockerSandbox(Sandbox):
             prefix, data = self._fallback.archive(target)
         else:
             prefix = "."
-            data = base64.b64decode(self._request({"op": "tar", "path": target}, 600)["data"])
+            data = base64.b64decode(self._request({"op": "tar", "path": target}, 600,
+                                                  max_bytes=self.max_transfer)["data"])
         extract_as(data, prefix, name, Path(dest))
 
     # -- state -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
+        """Save the workdir and every other place a restore puts back (see the module
+        docstring), as tars in a root-owned directory of the container."""
         snap = Snapshot(id=base.new_id("snap"), sandbox_id=self.id)
+        files = [[self.workdir, f"{SNAPSHOT_DIR}/{snap.id}.tar"]]
         if self._fallback is not None:
             self._fallback.sh('mkdir -p "$1" && tar -C "$2" -cf "$1/$3.tar" .', SNAPSHOT_DIR,
                               self.workdir, snap.id, user="0")
         else:
-            data = base64.b64decode(self._request({"op": "tar", "path": self.workdir},
-                                                  600)["data"])
+            paths = [self.workdir, *self._places]
+            reply = self._request({"op": "tars", "paths": paths}, 600,
+                                  max_bytes=self.max_transfer)
+            tars = [(f"{snap.id}.tar", base64.b64decode(reply["data"][0] or ""))]
+            for i, (path, data) in enumerate(zip(paths, reply["data"], strict=True)):
+                if i and data is not None:  # a place that is not there is not restored
+                    tars.append((f"{snap.id}.{i}.tar", base64.b64decode(data)))
+                    files.append([path, f"{SNAPSHOT_DIR}/{snap.id}.{i}.tar"])
             # written by the daemon as root 0644: readable by the agent, not changeable by it
-            self.container.put_archive(SNAPSHOT_DIR, tar_one(f"{snap.id}.tar", data))
-        self._snaps.add(snap.id)
+            self.container.put_archive(SNAPSHOT_DIR, tar_files(tars))
+        self._snaps[snap.id] = files
         return snap
 
     def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
+        """Put back the workdir and, with `kill_processes`, every other writable place, after
+        killing every process of the sandbox's user (see the module docstring for how, and
+        when the container is replaced instead). A restore that fails in place (a tree the
+        agent cannot take apart, a broken agent) replaces the container too; InfraError
+        only when Docker cannot."""
         if snap.sandbox_id != self.id or snap.id not in self._snaps:
             raise UsageError(f"snapshot {snap.id} was taken of sandbox {snap.sandbox_id}, not of"
                              f" {self.id}; restore it on the sandbox that took it")
+        self._check_open()
+        if kill_processes and not self._in_place:
+            self._recreate()
+        try:
+            self._restore(self._snaps[snap.id], kill_processes)
+        except (InfraError, OSError) as e:
+            if not kill_processes:
+                raise
+            log.warning("sandbox %s: restore in place failed (%s); replacing its container",
+                        self.name, e)
+            self._recreate()
+            self._restore(self._snaps[snap.id], kill_processes)
+
+    def _restore(self, files: list[list[str]], kill_processes: bool) -> None:
         if self._fallback is not None:
             if kill_processes:
                 self._fallback.kill_all(self._keep)
-            self._fallback.restore(snap.id, self.workdir)
+            self._fallback.restore(posixpath.basename(files[0][1])[:-4], self.workdir)
             return
-        if kill_processes:  # first, so nothing writes into the workdir while it is restored
+        if kill_processes:  # first, so nothing writes into a place while it is restored
             self._request({"op": "kill_all", "keep": self._keep}, 60)
-        self._request({"op": "restore", "path": self.workdir, "name": snap.id,
+        self._request({"op": "restore", "places": files if kill_processes else files[:1],
+                       "clear": self._clear if kill_processes else [], "ipc": kill_processes,
                        "kill_processes": kill_processes, "keep": self._keep}, 600)
+
+    def _recreate(self) -> None:
+        """Replace the container by a new one from the image (same name, labels, limits),
+        keeping the snapshots: a clean state whatever the last user changed."""
+        import docker.errors
+
+        try:
+            stream, _ = self.container.get_archive(SNAPSHOT_DIR)
+            snaps = b"".join(stream)
+            self._drop_agent()
+            self._fallback = None
+            with contextlib.suppress(docker.errors.NotFound):
+                self.container.remove(force=True, v=True)
+            self._create_container()
+            self.container.put_archive(posixpath.dirname(SNAPSHOT_DIR), snaps)
+        except (docker.errors.DockerException, SandboxUnavailable) as e:
+            raise InfraError(f"cannot replace the container of sandbox {self.name} for a "
+                             f"restore: {e}") from e
 
     # -- lifecycle ---------------------------------------------------------------------
     def _close(self) -> None:
@@ -418,32 +653,39 @@ class DockerSandbox(Sandbox):
         chan, self._chan = self._chan, None
         if chan is not None:
             chan.close()
-        with contextlib.suppress(docker.errors.NotFound):
-            self.container.remove(force=True)
+        if hasattr(self, "container"):
+            with contextlib.suppress(docker.errors.NotFound):
+                self.container.remove(force=True, v=True)
 
 
 # ------------------------------------------------------------------------ orphans
 def list_sandboxes(client: Any = None) -> list[dict[str, Any]]:
-    """Every container labeled as a skyhub sandbox, on this daemon, with its owner."""
+    """Every container labeled as a skyhub sandbox, on this daemon, with its owner (labels
+    that do not parse read as unknown: such a container is never an orphan)."""
     client = client or get_client()
     out = []
-    for c in client.containers.list(all=True, filters={"label": f"{base.LABEL}=1"}):
-        labels = c.labels or {}
-        pid = labels.get(base.LABEL_OWNER_PID, "")
+    for c in client.api.containers(all=True, filters={"label": f"{base.LABEL}=1"}):
+        labels = c.get("Labels") or {}
+        pid = str(labels.get(base.LABEL_OWNER_PID, ""))
         try:
             created = float(labels.get(base.LABEL_CREATED, "0"))
         except ValueError:
-            created = 0.0
-        out.append({"id": c.id, "name": c.name, "labels": labels, "status": c.status,
+            created = float("inf")  # unknown age: never old enough
+        names = c.get("Names") or [""]
+        out.append({"id": c.get("Id", ""), "name": names[0].lstrip("/"), "labels": labels,
+                    "status": c.get("State", ""),
                     "owner_pid": int(pid) if pid.isdigit() else None,
                     "owner_host": labels.get(base.LABEL_OWNER_HOST, ""), "created": created})
     return out
 
 
-def reap(older_than_s: float = 0.0, dry_run: bool = False) -> list[str]:
+def reap(older_than_s: float = 0.0, dry_run: bool = False,
+         errors: list[str] | None = None) -> list[str]:
     """Remove sandbox containers whose owner process (on this host) is dead and that were
     created more than `older_than_s` seconds ago; return their names. Containers owned by
-    another host are left alone: their owner's liveness cannot be checked from here."""
+    another host are left alone: their owner's liveness cannot be checked from here. A
+    container that cannot be removed is skipped, never the end of the reaping: it goes to
+    `errors` ("docker:name: why"), or to the log when `errors` is None."""
     import docker.errors
 
     client = get_client()
@@ -456,8 +698,15 @@ def reap(older_than_s: float = 0.0, dry_run: bool = False) -> list[str]:
             continue
         if not dry_run:
             try:
-                client.containers.get(sb["id"]).remove(force=True)
+                client.api.remove_container(sb["id"], force=True, v=True)
             except docker.errors.NotFound:
+                continue
+            except Exception as e:
+                if errors is None:
+                    log.warning("reap: cannot remove sandbox container %s (%s); skipped",
+                                sb["name"], e)
+                else:
+                    errors.append(f"docker:{sb['name']}: {type(e).__name__}: {e}")
                 continue
         removed.append(sb["name"])
     return removed

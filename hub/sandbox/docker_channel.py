@@ -1,9 +1,15 @@
 """How DockerSandbox talks to its container: a persistent agent, or Docker's exec API.
 
-`AgentChannel` keeps one `python3 -u /opt/skyhub/agent.py` process per container, started
+`AgentChannel` keeps one `python3 -I -u /opt/skyhub/agent.py` process per container, started
 with Docker's low-level exec API and attached through a hijacked socket. A request is one
 length-prefixed JSON message (the agent's own framing), so `exec("true")` costs a round trip
-plus a fork inside the container instead of a Docker exec (~70 ms).
+plus a fork inside the container instead of a Docker exec (~70 ms). The interpreter runs
+isolated (`-I`: no user site, no PYTHON* variables, no cwd on sys.path) with a fixed HOME,
+so nothing a command leaves in the sandbox is loaded by the agent when it is restarted.
+
+Byte budgets: a reply (and a Docker stream frame) longer than the channel's budget breaks the
+channel (`ChannelBroken`) before anything of it is buffered, so a hijacked process cannot
+make the host allocate what a 4-byte length claims (up to 4 GiB).
 
 `ExecFallback` is for images without python3 (3.8+): every command is its own Docker exec
 (wrapped in `timeout -s KILL` when the image has it) and files go through the archive API.
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import posixpath
 import select
@@ -31,18 +38,30 @@ from skyhub.sandbox.base import Channel, ChannelBroken, ChannelTimeout, Stream
 log = logging.getLogger(__name__)
 
 AGENT_PATH = "/opt/skyhub/agent.py"
-SNAPSHOT_DIR = _agent.SNAPSHOT_DIR
+#: root-owned, outside every place a command can write (and outside /tmp, a tmpfs mount in
+#: skyhub's images): written by the daemon, read by the agent, changed by neither
+SNAPSHOT_DIR = "/opt/skyhub/snapshots"
+DEFAULT_MAX_REPLY = 64 << 20  # bytes: replies to anything but file transfers are far smaller
 _STDOUT, _STDERR = 1, 2
+_STDERR_LOG_LIMIT = 64 << 10  # bytes of a channel's stderr that reach the log
+
+
+class ReplyTooLarge(ChannelBroken):
+    """A reply (or a stream frame) over the channel's byte budget: refused unread, so the
+    channel is broken (the rest of it is still in the stream)."""
 
 
 class _Demux:
     """Reads Docker's multiplexed attach stream (8-byte headers: stream type, 3 zero bytes,
-    4-byte big-endian size), keeping stdout bytes and logging stderr frames."""
+    4-byte big-endian size), keeping stdout bytes and logging stderr frames (the first
+    64 KiB of them). A frame over `max_frame` bytes breaks the stream."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, max_frame: int = DEFAULT_MAX_REPLY) -> None:
         self.sock = sock
+        self.max_frame = max_frame
         self.raw = bytearray()
         self.out = bytearray()
+        self.logged = 0
 
     def _fill(self) -> None:
         try:
@@ -59,12 +78,20 @@ class _Demux:
         while len(self.raw) < 8:
             self._fill()
         kind, size = self.raw[0], struct.unpack(">I", self.raw[4:8])[0]
+        if size > self.max_frame:
+            raise ReplyTooLarge(f"a stream frame of {size} bytes from the sandbox is over the "
+                                f"budget of {self.max_frame} bytes")
         while len(self.raw) < 8 + size:
             self._fill()
         payload = bytes(self.raw[8:8 + size])
         del self.raw[:8 + size]
         if kind == _STDERR:
-            log.warning("sandbox agent stderr: %s", payload.decode("utf-8", "replace").rstrip())
+            if self.logged < _STDERR_LOG_LIMIT:
+                text = payload[:_STDERR_LOG_LIMIT - self.logged]
+                self.logged += len(payload)
+                log.warning("sandbox process stderr: %s%s",
+                            text.decode("utf-8", "replace").rstrip(),
+                            "" if self.logged < _STDERR_LOG_LIMIT else " [further stderr dropped]")
         else:
             self.out += payload
 
@@ -104,19 +131,24 @@ class _Writer:
 
 class AgentChannel(Channel):
     """One persistent process in a container speaking the agent's framing: the agent itself
-    (the default `argv`) or anything `DockerSandbox.spawn` starts. Not thread-safe: the
-    sandbox holds a lock around `request`."""
+    (the default `argv`: `python -I -u agent.py`, with `home` as HOME) or anything
+    `DockerSandbox.spawn` starts. Replies over `max_reply` bytes break the channel. Not
+    thread-safe: the sandbox holds a lock around `request`."""
 
     def __init__(self, api: Any, container_id: str, user: str, workdir: str,
-                 argv: list[str] | None = None, env: dict[str, str] | None = None) -> None:
-        exec_id = api.exec_create(container_id, argv or ["python3", "-u", AGENT_PATH],
+                 argv: list[str] | None = None, env: dict[str, str] | None = None, *,
+                 python: str = "python3", home: str | None = None,
+                 max_reply: int = DEFAULT_MAX_REPLY) -> None:
+        environment = {"PYTHONDONTWRITEBYTECODE": "1", **({"HOME": home} if home else {}),
+                       **(env or {})}
+        exec_id = api.exec_create(container_id, argv or [python, "-I", "-u", AGENT_PATH],
                                   stdin=True, stdout=True, stderr=True, tty=False, user=user,
-                                  workdir=workdir,
-                                  environment={"PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
+                                  workdir=workdir, environment=environment)
         resp = api.exec_start(exec_id["Id"], socket=True)
         self.sock: socket.socket = getattr(resp, "_sock", resp)
         self._resp = resp
-        self._reader = _Demux(self.sock)
+        self.max_reply = max_reply
+        self._reader = _Demux(self.sock, max_frame=max_reply)
         self._writer = _Writer(self.sock)
         self.pid = 0
         self.uid = -1
@@ -131,16 +163,25 @@ class AgentChannel(Channel):
             return True
         return bool(ready) or bool(self._reader.raw) or bool(self._reader.out)
 
-    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    def request(self, req: dict[str, Any], timeout: float | None,
+                max_bytes: int | None = None) -> dict[str, Any]:
         """Send `req`, return the agent's reply to it. Anything but a well-formed reply that
-        echoes this request's id breaks the channel (the sandbox then restarts the agent)."""
+        echoes this request's id breaks the channel (the sandbox then restarts the agent),
+        and so does a reply over `max_bytes` (default: the channel's `max_reply`)."""
         self._seq += 1
         self.sock.settimeout(timeout)
         _agent.write_message(self._writer, dict(req, id=self._seq))
+        limit = self.max_reply if max_bytes is None else max_bytes
+        self._reader.max_frame = limit
+        header = self._reader.read(4)
+        (size,) = struct.unpack(">I", header)
+        if size > limit:
+            raise ReplyTooLarge(f"a reply of {size} bytes from the sandbox is over the budget "
+                                f"of {limit} bytes")
         try:
-            reply = _agent.read_message(self._reader)
+            reply = json.loads(self._reader.read(size).decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as e:
-            raise ChannelBroken(f"malformed reply from the agent: {e}") from e
+            raise ChannelBroken(f"malformed reply from the sandbox: {e}") from e
         if not isinstance(reply, dict) or reply.get("id") != self._seq:
             raise ChannelBroken("the agent's reply does not answer this request")
         return reply
@@ -289,6 +330,8 @@ def _read_stream_split(sock: socket.socket, limit: int,
         raw += chunk
         while len(raw) >= 8:
             size = struct.unpack(">I", raw[4:8])[0]
+            if size > DEFAULT_MAX_REPLY:  # not Docker's framing: stop reading
+                return out.value(), err.value()
             if len(raw) < 8 + size:
                 break
             (err if raw[0] == _STDERR else out).add(bytes(raw[8:8 + size]))
@@ -304,6 +347,17 @@ def tar_one(name: str, data: bytes, *, mode: int = 0o644, uid: int = 0, gid: int
         info.size, info.mode, info.uid, info.gid = len(data), mode, uid, gid
         info.mtime = int(time.time())
         tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def tar_files(files: list[tuple[str, bytes]]) -> bytes:
+    """An in-memory tar of root-owned 0644 files (name, data), for Docker's put_archive."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
@@ -350,9 +404,10 @@ def agent_setup_tar() -> bytes:
     """The agent and a root-owned snapshot directory, for images that are not skyhub's."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        snaps = tarfile.TarInfo(SNAPSHOT_DIR.lstrip("/"))
-        snaps.type, snaps.mode, snaps.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
-        tar.addfile(snaps)
+        for d in (posixpath.dirname(AGENT_PATH), SNAPSHOT_DIR):
+            entry = tarfile.TarInfo(d.lstrip("/"))
+            entry.type, entry.mode, entry.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+            tar.addfile(entry)
         src = Path(_agent.__file__).read_bytes()
         info = tarfile.TarInfo(AGENT_PATH.lstrip("/"))
         info.size, info.mode, info.mtime = len(src), 0o644, int(time.time())

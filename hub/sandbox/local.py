@@ -6,11 +6,17 @@ agent's workdir), `label.json` (owner pid, host, creation time, pool: what `reap
 outside the workdir so the agent cannot forge it), `snapshots/` and, without bubblewrap, `tmp/`.
 
 With `bwrap` each command runs in fresh namespaces: `--unshare-all` (only a private loopback,
-so host ports are unreachable, unless `network=True`), read-only /usr, /bin, /lib*, /etc, its
-own /proc, /dev and tmpfs /tmp, the workdir bound at `workdir` (/work), and a pid namespace
+so host ports are unreachable, unless `network=True`), read-only /usr, /bin, /lib*, its own
+minimal read-only /etc (a passwd and group naming only root, `sandbox` and nobody, its own
+hosts and nsswitch.conf; from the host only what programs need, `ETC_FROM_HOST`, and with
+`network=True` what name lookups and TLS need, `ETC_FOR_NETWORK`; a host path mounted with
+`mounts={"/etc/x": "/etc/x"}` adds more), its own /proc, a read-only /dev with sized tmpfs
+/dev/shm, a sized tmpfs /tmp, the workdir bound at `workdir` (/work), and a pid namespace
 whose death (end of the command, timeout, or our own death via `--die-with-parent`) kills
 every process in it. Background processes therefore never outlive the `exec` that started
-them (`spawn` starts the exception: a long-running process that ends when its stdin closes).
+them (`spawn` starts the exception: a long-running process that ends when its stdin closes),
+and /tmp and /dev/shm start empty for every command: the workdir (which is also $HOME) is
+the only place that persists, and `restore` puts it back.
 `mounts={"/opt/x": "/host/path"}` adds read-only binds (with bwrap only; without it the host's
 paths are visible as they are). Without bwrap (`isolation="none"`, or "auto" when bwrap is
 missing, with a one-time warning) commands run on the host in the scratch dir: weak
@@ -29,15 +35,27 @@ user with and without bwrap):
   best effort.
 - wall time: `exec(timeout=)` kills the process tree (with bwrap: the whole pid namespace).
 - cpus: the command is pinned to ceil(cpus) cores (sched_setaffinity); no CPU-time quota.
-- core dumps are off (RLIMIT_CORE=0). Disk use is not limited.
+- core dumps are off (RLIMIT_CORE=0).
+- disk (`disk_mb`, default half of `memory_mb`, at least 64, as for docker): /tmp holds at
+  most `disk_mb` MiB and /dev/shm half of that (tmpfs: host RAM that RLIMIT_AS does not
+  count, so they must be sized), and no file anywhere grows past `disk_mb` MiB
+  (RLIMIT_FSIZE: EFBIG, or SIGXFSZ for programs that do not ignore it). The workdir's total
+  is not bounded: it sits on the host's disk, where nothing short of quotas counts one uid's
+  bytes; pids and wall time bound how many such files a command can write. Without bwrap
+  /tmp is the host's.
 File operations (`write_file`, `read_file`, `upload`, `download`) act on the scratch dir from
-the host, resolving symlinks as the sandbox would and refusing any path that leaves the workdir.
+the host, resolving symlinks as the sandbox would and refusing any path that leaves the
+workdir; they, `snapshot`, `restore` and `close` walk the tree through directory descriptors
+and never follow a symlink, so a process swapping a directory for a symlink to a host path
+while they run cannot redirect them (they run as root when we are root).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import glob
 import json
 import math
 import os
@@ -51,7 +69,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from skyhub.errors import SandboxUnavailable, UsageError
+from skyhub.errors import SandboxUnavailable, SkyhubError, UsageError
 from skyhub.sandbox import agent
 from skyhub.sandbox import base as _b
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
@@ -70,12 +88,24 @@ from skyhub.sandbox.local_scratch import (
     make_base,
     proc_uids,
     reap,
+    remove_owned,
     rmtree,
     start_time,
 )
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_RO_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_RO_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: What a sandbox's /etc takes from the host's (read-only; globs allowed): the dynamic
+#: linker's cache, Debian's alternatives (awk, which...), python3's own config, and symlinks
+#: (time zone, os-release, mtab). Nothing that names the host's users, services or secrets;
+#: no /etc/profile or bash.bashrc (shells start with bash's defaults).
+ETC_FROM_HOST = ("alternatives", "ld.so.cache", "localtime", "mtab", "os-release", "python3*")
+#: What `network=True` adds: name resolution and TLS certificates.
+ETC_FOR_NETWORK = ("ca-certificates.conf", "gai.conf", "host.conf", "protocols",
+                   "resolv.conf", "services", "ssl/certs", "ssl/openssl.cnf")
+_NSSWITCH = "".join(f"{db}: files\n" for db in (
+    "passwd", "group", "shadow", "networks", "protocols", "services", "ethers", "rpc",
+    "netgroup")) + "hosts: files dns\n"
 _warned_weak = False
 _bwrap_checked: dict[bool, str] = {}  # as root? -> "" when bwrap works, else why not
 
@@ -125,6 +155,16 @@ def _check_mounts(mounts: dict[str, str], workdir: str) -> dict[str, str]:
     return out
 
 
+@functools.cache
+def _bwrap_sizes_tmpfs(bwrap: str) -> bool:
+    """Whether this bwrap has `--size` (0.5 and later): without it tmpfs mounts are unsized."""
+    try:
+        r = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--size" in r.stdout + r.stderr
+
+
 class LocalSandbox(Sandbox):
     """A sandbox on this machine; see the module docstring for what isolates it and how."""
 
@@ -133,7 +173,8 @@ class LocalSandbox(Sandbox):
     def __init__(self, image: str | None = None, *, cpus: float = 1.0, memory_mb: int = 1024,
                  network: bool = False, workdir: str = "/work", pids: int = _b.DEFAULT_PIDS,
                  max_output: int = _b.DEFAULT_MAX_OUTPUT, pool: str | None = None,
-                 isolation: str = "auto", mounts: dict[str, str] | None = None) -> None:
+                 isolation: str = "auto", mounts: dict[str, str] | None = None,
+                 disk_mb: int | None = None) -> None:
         if image is not None:
             raise ValueError(f"the local sandbox backend runs commands on this host's own system "
                              f"and cannot use image {image!r}; pass image=None, or use "
@@ -145,6 +186,9 @@ class LocalSandbox(Sandbox):
         super().__init__(workdir=posixpath.normpath(workdir), max_output=max_output)
         self.mounts = _check_mounts(mounts or {}, self.workdir)
         self.cpus, self.memory_mb, self.network, self.pids = cpus, memory_mb, network, pids
+        self.disk_mb = max(64, memory_mb // 2) if disk_mb is None else disk_mb
+        if self.disk_mb < 1:
+            raise ValueError(f"disk_mb must be at least 1, not {disk_mb!r}")
         self.uid = free_uid() if os.geteuid() == 0 else None
         self.bwrap = find_bwrap() if isolation != "none" else None
         problem = "bwrap is not on the PATH" if self.bwrap is None and isolation != "none" else (
@@ -171,12 +215,56 @@ class LocalSandbox(Sandbox):
             d.mkdir(mode=0o700)
             if self.uid is not None:
                 os.chown(d, self.uid, self.uid)
+        if self.bwrap:
+            self._write_etc()
         if self.bwrap is None:
             self.workdir = str(self._work)
         cores = sorted(os.sched_getaffinity(0))
         n, start = max(1, math.ceil(cpus)), random.randrange(len(cores))
         self._cores = None if n >= len(cores) else {cores[(start + i) % len(cores)]
                                                      for i in range(n)}
+
+    def _write_etc(self) -> None:
+        """The sandbox's /etc, `<root>/etc`, bound read-only by `_bwrap_argv`: its own files,
+        the host's symlinks copied, and empty mount points for what is bound from the host
+        (`self._etc_binds`), so that an exec costs a handful of mounts."""
+        uid = os.getuid() if self.uid is None else self.uid
+        gid = os.getgid() if self.uid is None else self.uid
+        etc = self._root / "etc"
+        etc.mkdir(mode=0o755)
+        own = {
+            "passwd": f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{uid}:{gid}:sandbox:"
+                      f"{self.workdir}:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:"
+                      "/usr/sbin/nologin\n",
+            "group": f"root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n",
+            "hosts": "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost "
+                     "ip6-loopback\n",
+            "hostname": "sandbox\n",
+            "nsswitch.conf": _NSSWITCH,
+        }
+        for name, text in own.items():
+            (etc / name).write_text(text)
+            os.chmod(etc / name, 0o644)
+
+        def matches(patterns: tuple[str, ...]) -> list[str]:
+            return [h for p in patterns for h in sorted(glob.glob(os.path.join("/etc", p)))]
+
+        copied = matches(ETC_FROM_HOST)  # their symlinks as symlinks, the rest bound
+        bound = matches(ETC_FOR_NETWORK) if self.network else []  # followed: resolv.conf...
+        self._etc_binds: list[tuple[str, str]] = []
+        for inside in copied + bound + [p for p in self.mounts if p.startswith("/etc/")]:
+            place = etc / posixpath.relpath(inside, "/etc")
+            place.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            host = self.mounts.get(inside, inside)
+            if inside in copied and os.path.islink(host):
+                os.symlink(os.readlink(host), place)
+                continue
+            if os.path.isdir(host):
+                place.mkdir(mode=0o755, exist_ok=True)
+            else:
+                place.touch(mode=0o644)
+            if inside not in self.mounts:
+                self._etc_binds.append((host, inside))
 
     # -- commands ----------------------------------------------------------------------
     def exec(self, cmd: str | list[str], timeout: float | None = 30, cwd: str | None = None,
@@ -229,11 +317,18 @@ class LocalSandbox(Sandbox):
                 argv += ["--symlink", os.readlink(d), d]
             elif os.path.isdir(d):
                 argv += ["--ro-bind", d, d]
+        argv += ["--ro-bind", str(self._root / "etc"), "/etc"]
+        for host, inside in self._etc_binds:
+            argv += ["--ro-bind-try", host, inside]
         for inside, host in self.mounts.items():
             argv += ["--ro-bind", host, inside]
-        if self.network:
-            argv += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        sized = _bwrap_sizes_tmpfs(str(self.bwrap))
+        tmp, shm = self.disk_mb << 20, max(1, self.disk_mb // 2) << 20
+        argv += ["--proc", "/proc",
+                 # bwrap's /dev is a tmpfs the sandbox could fill: read-only, but for /dev/shm
+                 "--dev", "/dev", "--remount-ro", "/dev",
+                 "--perms", "1777", *(["--size", str(shm)] if sized else []), "--tmpfs",
+                 "/dev/shm", *(["--size", str(tmp)] if sized else []), "--tmpfs", "/tmp",
                  "--bind", str(self._work), self.workdir,
                  # a read-only root: `rm -rf /` cannot delete the /lib and /bin symlinks that
                  # every later program in this namespace needs
@@ -244,7 +339,7 @@ class LocalSandbox(Sandbox):
 
     def _limits(self) -> Callable[[], None]:
         """The preexec_fn that applies rlimits, CPU pinning and the sandbox uid."""
-        mem, uid, cores = self.memory_mb << 20, self.uid, self._cores
+        mem, uid, cores, disk = self.memory_mb << 20, self.uid, self._cores, self.disk_mb << 20
         if uid is not None:
             nproc: int | None = self.pids + (2 if self.bwrap else 0)  # bwrap's own two
         elif self.bwrap and self.prlimit:
@@ -255,6 +350,7 @@ class LocalSandbox(Sandbox):
         def apply() -> None:
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
             if nproc is not None:
                 resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             if cores:
@@ -366,29 +462,31 @@ class LocalSandbox(Sandbox):
         src = Path(src)
         if not src.exists():
             raise FileNotFoundError(errno.ENOENT, "no such file to upload", str(src))
-        parts = self._resolve(dest or self.workdir)
-        os.close(self._open_dir(parts, create=True))
-        target = os.path.join(self._work, *parts)
         data = agent.tar_bytes(str(src), arcname="." if src.is_dir() else src.name)
-        agent.untar_bytes(data, target)  # refuses members that would land outside `target`
-        if self.uid is not None:
-            top = target if src.is_dir() else os.path.join(target, src.name)
-            for d, dirs, files in os.walk(top):
-                for name in [d, *(os.path.join(d, n) for n in dirs + files)]:
-                    os.chown(name, self.uid, self.uid, follow_symlinks=False)
+        fd = self._open_dir(self._resolve(dest or self.workdir), create=True)
+        try:  # below a descriptor, never through a symlink, owned by the sandbox's uid
+            agent.untar_at(data, fd, None if self.uid is None else (self.uid, self.uid))
+        finally:
+            os.close(fd)
 
     def download(self, src: str, dest: str | Path) -> None:
         """A directory's contents go into the host directory `dest`; a file to
-        `dest/<its name>`."""
+        `dest/<its name>`. The files are ours on the host, whoever owned them inside."""
         self._check_open()
-        host = os.path.join(self._work, *self._resolve(src))
-        if not os.path.lexists(host):
-            raise FileNotFoundError(errno.ENOENT, "no such path in the sandbox", src)
-        Path(dest).mkdir(parents=True, exist_ok=True)
-        if os.path.isdir(host):
-            shutil.copytree(host, dest, symlinks=True, dirs_exist_ok=True)
-        else:
-            shutil.copy2(host, Path(dest) / posixpath.basename(self._path(src)))
+        parts = self._resolve(src)
+        dfd = self._open_dir(parts[:-1], create=False)
+        try:
+            name = parts[-1] if parts else "."
+            try:
+                is_dir = stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode)
+            except FileNotFoundError:
+                raise FileNotFoundError(errno.ENOENT, "no such path in the sandbox", src
+                                        ) from None
+            arcname = "." if is_dir else posixpath.basename(self._path(src))
+            data = agent.tar_bytes(name, arcname, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+        agent.untar_bytes(data, str(dest), owner=(os.geteuid(), os.getegid()))
 
     # -- state -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -398,14 +496,32 @@ class LocalSandbox(Sandbox):
         return snap
 
     def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
+        """Put the workdir back as it was at `snap`. With `kill_processes` (the default) every
+        process of the sandbox dies first (by its uid when we are root, so a daemon that
+        scrubbed its environment goes too), and without bwrap its /tmp is emptied as well.
+        Without it, processes still running may race the restore: it never touches anything
+        outside the workdir whatever they do, but what they change meanwhile may stay."""
         self._check_open()
         tar = self._snaps / f"{snap.id}.tar"
         if snap.sandbox_id != self.id or not tar.is_file():
             raise UsageError(f"snapshot {snap.id} was not taken by sandbox {self.id}; "
                               "restore it on the sandbox that took it")
-        if kill_processes:
-            self.kill_processes()
-        agent.restore_dir(str(self._work), str(tar))
+        try:
+            if kill_processes:
+                self.kill_processes()
+                self._clear_outside_workdir()
+            agent.restore_dir(str(self._work), str(tar),
+                              owner=None if self.uid is None else (self.uid, self.uid))
+        except OSError as e:
+            raise SkyhubError(f"sandbox {self.id} could not be restored ({e}); close it and "
+                              "create a new one") from e
+
+    def _clear_outside_workdir(self) -> None:
+        """Without bwrap, what the sandbox's processes (dead by now) left outside the workdir:
+        its scratch /tmp and, with its own uid, its files in the host's /tmp, /dev/shm..."""
+        if self.bwrap is None:
+            agent.clear_dir(str(self._root / "tmp"))
+            remove_owned(self.uid)
 
     def kill_processes(self) -> None:
         """SIGKILL every process this sandbox's commands started."""
@@ -414,6 +530,8 @@ class LocalSandbox(Sandbox):
     def _close(self) -> None:
         if hasattr(self, "_root"):
             self.kill_processes()
+            if self.bwrap is None:
+                remove_owned(self.uid)
             rmtree(self._root)
 
 

@@ -3,7 +3,9 @@
 
 What `LocalSandbox.open_stream` and `LocalSandbox.spawn` return: the process (usually
 bubblewrap around a kernel bridge or a shell) is talked to over its stdin/stdout. Reads have
-deadlines (select), so a hung process is a timeout, never a hung caller.
+deadlines (select), so a hung process is a timeout, never a hung caller, and replies have a
+byte budget (`max_frame`), so a hijacked process announcing a 4 GiB frame is a broken
+channel, never a 4 GiB buffer on the host.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import Any, BinaryIO
 
 from skyhub.sandbox import agent
 from skyhub.sandbox.base import Channel, ChannelBroken, ChannelTimeout, Stream
+
+#: The largest reply a `PipeChannel` accepts by default (bytes of one frame's JSON body).
+DEFAULT_MAX_FRAME = 64 << 20
 
 
 class PipeStream(Stream):
@@ -94,13 +99,17 @@ class PipeStream(Stream):
 
 class PipeChannel(Channel):
     """skyhub's framing (4-byte big-endian length + UTF-8 JSON) over a `PipeStream`. Not
-    thread-safe: one request at a time."""
+    thread-safe: one request at a time. A reply longer than `max_frame` bytes breaks the
+    channel (`ChannelBroken`, before any of its body is read): the caller restarts the
+    process or reports the failure."""
 
-    def __init__(self, stream: PipeStream) -> None:
+    def __init__(self, stream: PipeStream, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.stream = stream
         self.pid = stream.pid
+        self.max_frame = max_frame
         self._buf = bytearray()
         self._seq = 0
+        self._broken = ""
 
     def _read(self, n: int, deadline: float | None) -> bytes:
         while len(self._buf) < n:
@@ -113,11 +122,18 @@ class PipeChannel(Channel):
         return data
 
     def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        if self._broken:  # what is left in the pipe is no longer in step with requests
+            raise ChannelBroken(self._broken)
         self._seq += 1
         body = json.dumps(dict(req, id=self._seq)).encode("utf-8")
         self.stream.write(struct.pack(">I", len(body)) + body)
         deadline = None if timeout is None else time.monotonic() + timeout
         (size,) = struct.unpack(">I", self._read(4, deadline))
+        if size > self.max_frame:
+            self._buf.clear()
+            self._broken = (f"process {self.pid} announced a reply of {size} bytes, over the "
+                            f"frame budget of {self.max_frame} bytes")
+            raise ChannelBroken(self._broken)
         try:
             reply = json.loads(self._read(size, deadline).decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as e:

@@ -6,8 +6,9 @@
         # returned: restored to its clean snapshot in the background, then reused
 
 A background thread keeps `size` sandboxes ready: it creates them (taking a clean snapshot
-of each), restores returned ones to that snapshot (killing their leftover processes), and
-replaces sandboxes that are broken, fail to restore, or are older than `ttl_s`. `lease()`
+of each), restores returned ones to that snapshot (every process of the last user killed,
+every place it could write put back: see `Sandbox.restore`), and replaces sandboxes that are
+broken, fail to restore, or are older than `ttl_s`. `lease()`
 never waits for cleaning: with nothing ready it creates a sandbox itself. `close()` removes
 every sandbox the pool made, leased or not.
 """

@@ -10,8 +10,11 @@ Two interfaces over one mechanism (a dispatch thread per env, results on one que
 Failures are contained per env: an env that raises, whose process dies, or (with
 `step_timeout`) that hangs, is reported in its own slot as an episode end with
 `info["infra_error"] = True` and `outcome = "error"`, and is recreated; the other envs keep
-running. Misuse of the API (stepping a finished env with autoreset disabled, sending to an env
-that is still busy) raises. The VectorEnv is driven from one thread.
+running. With `executor="processes"` or `"ray"`, the sandboxes of an env whose process was
+killed or died are removed by their owner labels (see `skyhub.vector.orphans`); with
+`"threads"` a hung env cannot be killed, only dropped (use processes for envs that may hang).
+Misuse of the API (stepping a finished env with autoreset disabled, sending to an env that
+is still busy) raises. The VectorEnv is driven from one thread.
 """
 
 from __future__ import annotations
@@ -101,7 +104,8 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             episode's first observation, with `final_obs`/`final_info` in its info; in
             `disabled` the caller resets finished envs (`reset(options={"reset_mask": m})`).
         step_timeout: seconds after which a reset or step that has not returned is abandoned
-            and reported as an infra error (the env is recreated). None waits forever.
+            and reported as an infra error (the env is recreated; with processes or Ray its
+            worker is killed and the sandboxes it owned are reaped). None waits forever.
         inline_fast_steps: step an env in the calling thread once its steps have proven to
             take under 500 us on average (a thread hop costs as much; the GIL allows little
             overlap anyway); slow steps send it back to its thread. Envs are never called

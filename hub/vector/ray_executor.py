@@ -10,6 +10,12 @@ raises `RemoteEnvError` in the caller (the VectorEnv reports an infra error in t
 slot), and an actor that dies (killed, out of memory, node lost) raises `WorkerDied`, so the
 episode ends with `infra_error` and a new actor replaces it at the env's next reset.
 
+Leaks: an actor killed at `step_timeout` or dead on its own never closed its env, so once Ray
+reports it dead (and its process is gone) the sandboxes whose owner label is its pid are
+removed (`skyhub.vector.orphans.reap_owner`), on its own node: directly when that is this
+machine, else by a Ray task pinned to that node. An abandoned actor is cleaned up in the
+background; `RayExecutor.close()` waits for it.
+
 Resources: an env registered with `register(..., resources={...})` gets those per actor
 (`num_cpus`, `num_gpus`, `memory`, `accelerator_type`, and custom `resources`), on top of
 `DEFAULT_RESOURCES`.
@@ -19,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable
@@ -31,7 +39,14 @@ import ray.cloudpickle
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
 from skyhub.errors import InfraError
-from skyhub.vector.executors import EnvFn, EnvWorker, Executor, RemoteEnvError, WorkerDied
+from skyhub.vector.executors import (
+    Cleanups,
+    EnvFn,
+    EnvWorker,
+    Executor,
+    RemoteEnvError,
+    WorkerDied,
+)
 
 if TYPE_CHECKING:
     from skyhub.env import TextEnv
@@ -62,7 +77,17 @@ class _EnvHost:
     def __init__(self) -> None:
         self.env: TextEnv | None = None
 
+    def owner(self) -> tuple[str, Any]:
+        """Who owns the env's sandboxes: this process's pid, start time and host, and the
+        Ray node (where a reap of them must run)."""
+        from skyhub.sandbox.local_scratch import start_time
+
+        return "ok", {"pid": os.getpid(), "start": start_time(os.getpid()),
+                      "host": socket.gethostname(),
+                      "node_id": ray.get_runtime_context().get_node_id()}
+
     def start(self, path: list[str], env_fn_bytes: bytes) -> tuple[str, Any]:
+        """Build the env; returns `owner()`."""
         # The driver's import path first, so that env_fn's module (a plugin, a test helper, a
         # script's directory) imports here as it does in the driver; entries that do not exist
         # on this node (another machine of the cluster) are skipped.
@@ -71,7 +96,7 @@ class _EnvHost:
             self.env = ray.cloudpickle.loads(env_fn_bytes)()
         except BaseException as e:
             return "error", (type(e).__name__, str(e), traceback.format_exc())
-        return "ok", os.getpid()
+        return self.owner()
 
     def call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> tuple[str, Any]:
         try:
@@ -89,25 +114,62 @@ class _EnvHost:
 _EnvActor = ray.remote(max_restarts=0, max_task_retries=0)(_EnvHost)
 
 
+def _running(pid: int, start: int) -> bool:
+    """Whether process `pid`, started at `start` (clock ticks), still runs (not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != b"Z" and fields[19] == str(start).encode()
+
+
+def _reap_dead_actor(pid: int, start: int) -> list[str]:
+    """Wait (up to 10 s) until the actor's process is gone (Ray's kill is asynchronous), then
+    remove the sandboxes it owned; runs on the actor's node (as a Ray task for another one)."""
+    from skyhub.vector.orphans import reap_owner
+
+    deadline = time.monotonic() + 10.0
+    while _running(pid, start) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return reap_owner(pid, start=start, before=time.time())
+
+
 class RayWorker(EnvWorker):
     """One env in one Ray actor. `actor` is its handle (for `ray.kill` or Ray's tools; the
-    actor is also named `name` in its Ray namespace)."""
+    actor is also named `name` in its Ray namespace). `pid`, `host` and `node_id` say where
+    its process runs (None until the env is built)."""
 
     def __init__(self, env_fn_bytes: bytes, options: dict[str, Any], start_timeout: float,
-                 on_closed: Callable[[RayWorker], None] | None = None) -> None:
+                 on_closed: Callable[[RayWorker], None] | None = None,
+                 cleanups: Cleanups | None = None) -> None:
         self.name = f"skyhub-env-{uuid.uuid4().hex[:12]}"
         self.options = options
         self._on_closed = on_closed
+        self._cleanups = cleanups
         self.actor = _EnvActor.options(name=self.name, **options).remote()  # type: ignore[attr-defined]
         self._closed = False
+        self._finished = False
+        self._finish_lock = threading.Lock()
         self.pid: int | None = None
+        self.host: str | None = None
+        self.node_id: str | None = None
+        self._start = -1
         path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
         try:
-            self.pid = self._get(self.actor.start.remote(path, env_fn_bytes), start_timeout)
-        except BaseException:
-            self.kill()
-            self.wait_dead(10.0)
+            self._own(self._get(self.actor.start.remote(path, env_fn_bytes), start_timeout))
+        except BaseException as e:
+            if isinstance(e, RemoteEnvError):  # the env's constructor raised, maybe after
+                with contextlib.suppress(Exception):  # making sandboxes: reap them too
+                    self._own(self._get(self.actor.owner.remote(), 10.0))
+            self._closed = True
+            self._terminate()
+            self._finish(clean=False)
             raise
+
+    def _own(self, owner: dict[str, Any]) -> None:
+        self.pid, self.host, self.node_id = owner["pid"], owner["host"], owner["node_id"]
+        self._start = owner["start"]
 
     def _get(self, ref: Any, timeout: float | None = None) -> Any:
         try:
@@ -143,19 +205,65 @@ class RayWorker(EnvWorker):
 
     def close(self) -> None:
         """Close the env, kill the actor and wait (up to 10 s) until Ray reports it dead, so
-        that its resources are free again when this returns."""
+        that its resources are free again when this returns; if the env did not close
+        cleanly (the actor died, or close() raised), reap the sandboxes it owned."""
         if self._closed:
             return
+        self._closed = True
+        clean = False
         with contextlib.suppress(Exception):  # dead actor, Ray shut down, env.close() raising
             ray.get(self.actor.close.remote(), timeout=5.0)
-        self.kill()
-        self.wait_dead(10.0)
+            clean = True
+        self._terminate()
+        self._finish(clean)
 
     def kill(self) -> None:
-        """Kill the actor without waiting (its env may hang in a call)."""
+        """Kill the actor without waiting (its env may hang in a call); wait until it is dead
+        and reap the sandboxes it owned in the background (the executor's `close()` waits for
+        that), or before returning for a worker made without a `Cleanups`."""
+        if self._closed:
+            return
         self._closed = True
+        self._terminate()
+        if self._cleanups is None:
+            self._finish(clean=False)
+        else:
+            self._cleanups.start(lambda: self._finish(clean=False))
+
+    def _terminate(self) -> None:
         with contextlib.suppress(Exception):
             ray.kill(self.actor, no_restart=True)
+
+    def _finish(self, clean: bool) -> None:
+        with self._finish_lock:
+            if self._finished:
+                return
+            self._finished = True
+        self.wait_dead(10.0)
+        if not clean and self.pid is not None:
+            self.reap()
+
+    def reap(self) -> list[str]:
+        """Remove the sandboxes this (dead) actor's process owned; returns what went.
+        Waits (up to 10 s) for the process to be gone first; never raises."""
+        pid, start = self.pid, self._start
+        if pid is None:
+            return []
+        try:
+            if self.host == socket.gethostname():
+                return _reap_dead_actor(pid, start)
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            task = ray.remote(num_cpus=0, max_retries=0)(_reap_dead_actor).options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False))
+            return ray.get(task.remote(pid, start), timeout=120)
+        except Exception as e:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "could not reap the sandboxes of dead env actor %s (pid %s on %s): %s: %s",
+                self.name, pid, self.host, type(e).__name__, e)
+            return []
 
     def wait_dead(self, timeout: float) -> None:
         """Wait until Ray reports the (killed) actor dead; never raises."""
@@ -196,6 +304,7 @@ class RayExecutor(Executor):
         self.init_kwargs = dict(init_kwargs or {})
         self._workers: set[RayWorker] = set()  # not yet confirmed dead
         self._lock = threading.Lock()
+        self._cleanups = Cleanups()
         self.ensure_ray()
 
     def spawn(self, env_fn: EnvFn) -> EnvWorker:
@@ -207,7 +316,8 @@ class RayExecutor(Executor):
                              "skyhub.make_vec, or pass a module-level function.") from e
         options = self.actor_options(env_fn)
         self.ensure_ray()
-        worker = RayWorker(data, options, self.start_timeout, on_closed=self._forget)
+        worker = RayWorker(data, options, self.start_timeout, on_closed=self._forget,
+                           cleanups=self._cleanups)
         with self._lock:
             self._workers.add(worker)
         return worker
@@ -251,13 +361,15 @@ class RayExecutor(Executor):
                 ray.init(address=address, **kwargs)
 
     def close(self) -> None:
-        """Kill every actor of this executor still up (e.g. one abandoned for hanging) and
-        wait until Ray reports them dead. Ray itself stays up: starting it again costs
-        seconds, and the program (or Ray's exit hook) shuts it down."""
+        """Kill every actor of this executor still up (e.g. one abandoned for hanging), wait
+        until Ray reports them dead and what they owned is reaped. Ray itself stays up:
+        starting it again costs seconds, and the program (or Ray's exit hook) shuts it
+        down."""
         with self._lock:
             workers = list(self._workers)
         for w in workers:
             w.kill()
+        self._cleanups.join(60.0)
         for w in workers:
             w.wait_dead(10.0)
 

@@ -20,6 +20,7 @@ from skyhub.errors import InfraError, SandboxUnavailable, SkyhubError
 from skyhub.sandbox import base, images
 from skyhub.sandbox import docker as dsb
 from skyhub.sandbox.docker import DockerSandbox
+from skyhub.sandbox.docker_channel import SNAPSHOT_DIR
 
 pytestmark = [pytest.mark.docker]
 
@@ -318,8 +319,7 @@ def test_snapshots_cannot_be_tampered_with_or_mixed_up(image: str) -> None:
     with DockerSandbox() as box, DockerSandbox() as other:
         box.write_file("keep.txt", "clean")
         snap = box.snapshot()
-        r = box.exec(f"echo evil > /tmp/.skyhub-snapshots/{snap.id}.tar || "
-                     "rm -rf /tmp/.skyhub-snapshots")
+        r = box.exec(f"echo evil > {SNAPSHOT_DIR}/{snap.id}.tar || rm -rf {SNAPSHOT_DIR}")
         assert r.exit_code != 0
         box.write_file("keep.txt", "dirty")
         box.restore(snap)
