@@ -2,8 +2,12 @@
 
 Every database's canonical copy is a SQLite file (that is how Spider, BIRD and SynSQL ship).
 An engine serves it in its own dialect and must guarantee, whatever the agent sends, that
-the canonical data is never modified, that a query stops at its time and row limits, and
-that the next episode sees the original database.
+the canonical data is never modified, that a query stops at its time, row and byte limits,
+and that the next episode sees the original database. What a query costs the host is the
+engine's to bound, not the agent's: a result holds at most `max_bytes` (`take_rows` counts
+every value as it arrives and stops there), an error message at most `MAX_ERROR_CHARS`, and
+a query past `timeout_s` ends soon after it as an error result (the agent's failure), never
+as an exception or a host OOM.
 """
 
 from __future__ import annotations
@@ -11,9 +15,17 @@ from __future__ import annotations
 import abc
 import re
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+
+#: What one result may hold (`row_size` summed over its rows): past it the result is cut, as
+#: past `max_rows`. Spider's largest gold result is ~3k rows of a few short values.
+MAX_BYTES = 32 << 20
+#: The longest error message an agent sees: a message may quote a value (PostgreSQL's
+#: `invalid input syntax for type integer: "xxx..."` quotes all 300 MB of it).
+MAX_ERROR_CHARS = 2000
 
 
 @dataclass
@@ -23,7 +35,7 @@ class QueryResult:
     columns: list[str] = field(default_factory=list)
     rows: list[tuple] = field(default_factory=list)
     error: str | None = None
-    truncated: bool = False  # more rows existed than `max_rows`
+    truncated: bool = False  # more rows existed than `max_rows`, or more bytes than `max_bytes`
     timed_out: bool = False
 
     @property
@@ -41,9 +53,11 @@ class Engine(abc.ABC):
     #: results must then come from the untouched database, before the agent acts.
     writable = False
 
-    def __init__(self, *, timeout_s: float = 5.0, max_rows: int = 10_000) -> None:
+    def __init__(self, *, timeout_s: float = 5.0, max_rows: int = 10_000,
+                 max_bytes: int = MAX_BYTES) -> None:
         self.timeout_s = timeout_s
         self.max_rows = max_rows
+        self.max_bytes = max_bytes
 
     def begin_episode(self, db_id: str, sqlite_path: Path) -> None:  # noqa: B027 - optional
         """Prepare `db_id` for a new episode (a clone, for engines whose agent may write)."""
@@ -60,6 +74,74 @@ class Engine(abc.ABC):
         """A query written for SQLite (every dataset's gold SQL) in this engine's dialect, as
         far as a mechanical rewrite goes, so that the gold result is computed here too."""
         return sql
+
+
+def row_size(row: tuple) -> int:
+    """What a row costs the host, roughly: 16 bytes a value, plus the length of text and
+    bytes (the values that can be large)."""
+    n = 16 * len(row)
+    for v in row:
+        t = type(v)
+        if t is str or t is bytes:
+            n += len(v)
+    return n
+
+
+def hashable(row: tuple) -> tuple:
+    """`row`, with values that cannot be hashed (PostgreSQL arrays and json come back as
+    lists and dicts) as their text: rewards compare rows as sets."""
+    try:
+        hash(row)
+        return row
+    except TypeError:
+        return tuple(v if _hashes(v) else str(v) for v in row)
+
+
+def _hashes(v: object) -> bool:
+    try:
+        hash(v)
+        return True
+    except TypeError:
+        return False
+
+
+def take_rows(rows: Iterable[tuple], limit: int, max_bytes: int,
+              kept: list[tuple] | None = None) -> tuple[list[tuple], str]:
+    """Rows from `rows`, pulled one at a time, until `limit` rows or `max_bytes` bytes
+    (`row_size`) are held (counting the rows already `kept`, which come first), and why
+    they stopped short: "", "rows" or "bytes". The row that passes the budget is dropped, so
+    what is kept stays within it."""
+    out: list[tuple] = kept if kept is not None else []
+    size = sum(map(row_size, out))
+    if size > max_bytes:
+        while out and size > max_bytes:
+            size -= row_size(out.pop())
+        return out, "bytes"
+    for row in rows:
+        if len(out) >= limit:
+            return out, "rows"
+        size += row_size(row)
+        if size > max_bytes:
+            return out, "bytes"
+        out.append(row)
+    return out, ""
+
+
+def cut_result(columns: list[str], rows: list[tuple], cut: str, max_bytes: int) -> QueryResult:
+    """The result of a query whose rows `take_rows` gave. A first row already past the byte
+    budget is an error: an empty table marked "cut" would tell the agent nothing."""
+    if cut == "bytes" and not rows:
+        return QueryResult(columns, error=f"the result is too large: one row is over the "
+                           f"{max_bytes / 2**20:g} MiB a result may hold here; select fewer or "
+                           f"shorter values (e.g. substr(x, 1, 100))")
+    return QueryResult(columns, rows, truncated=bool(cut))
+
+
+def clip(message: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """An error message cut to `limit` characters, saying so."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} more characters)"
 
 
 def text_problem(sql: str) -> str | None:

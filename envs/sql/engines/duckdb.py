@@ -21,8 +21,16 @@ Safety, whatever the agent sends, comes from DuckDB itself:
   (which would shadow real tables, for the gold query too) and open transactions vanish with
   it; statements other than queries are refused with a clear message, as is more than one;
 - DuckDB has no statement timeout: a timer calls `interrupt()` after `timeout_s` (a recursive
-  CTE that never ends, a cross join of millions of rows), and `memory_limit` bounds the rest;
-- rows stream and are fetched up to `max_rows` (+1 to know the result was cut).
+  CTE that never ends, a cross join of millions of rows), and `memory_limit` bounds the
+  buffer manager;
+- rows stream and are fetched up to `max_rows` (+1 to know the result was cut) and
+  `max_bytes` (`base.take_rows`).
+Neither the interrupt nor `memory_limit` reaches inside one operator (`list_concat` of two
+2e7-element lists: 9.5 s past a 1 s timeout, 3.7 GB), so statements run in a worker process
+of the engine's own (engines/worker.py, engines/duckdb_session.py): past `timeout_s` plus a
+grace, or past `memory_limit` plus 768 MiB of resident memory, the worker is killed and the
+statement is an error result; the next one starts a new worker (~0.5 s). The copies are
+built, and gold SQL rewritten, in the host process: that is our data and our SQL.
 """
 
 from __future__ import annotations
@@ -41,23 +49,24 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import numpy as np
 
 from skyhub.errors import InfraError
 
 from . import rewrite
-from .base import Engine, QueryResult, sqlite_identifiers, standardize_sqlite_sql, text_problem
+from .base import (
+    MAX_BYTES,
+    Engine,
+    QueryResult,
+    clip,
+    sqlite_identifiers,
+    standardize_sqlite_sql,
+    text_problem,
+)
+from .worker import Worker, WorkerLost
 
 #: Bump when the copy changes (types, what is copied): old cache files are then ignored.
 FORMAT_VERSION = 1
 _CHUNK = 50_000  # rows per insert while copying
-#: Statement types that only read. Anything else could only touch the TEMP catalog (the
-#: database is read-only and the configuration locked), but refusing it says so plainly.
-_READ = {"SELECT", "EXPLAIN", "PRAGMA"}
-#: PRAGMAs that only read (others set options: refused, whatever the configuration lock).
-_READ_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "show_databases",
-                 "database_list", "database_size", "storage_info", "version", "platform",
-                 "functions", "collations", "show", "metadata_info", "user_agent"}
 #: Words DuckDB reserves but SQLite does not (so Spider may name a table `show`).
 _RESERVED = frozenset({
     "any", "array", "asymmetric", "both", "describe", "fetch", "lambda", "lateral", "leading",
@@ -65,6 +74,8 @@ _RESERVED = frozenset({
     "summarize", "symmetric", "trailing", "unpivot", "variadic"})
 _FITS = {"BIGINT": {"integer"}, "DOUBLE": {"integer", "real"}, "VARCHAR": {"text"},
          "BLOB": {"blob"}}
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 1 << 10,
+          "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
 
 def cache_root(cache_dir: str | Path | None = None) -> Path:
@@ -112,7 +123,9 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _column(values: tuple) -> np.ndarray:
+def _column(values: tuple) -> Any:
+    import numpy as np  # only the host builds copies: the workers do without numpy
+
     a = np.empty(len(values), dtype=object)
     a[:] = values
     return a
@@ -202,39 +215,35 @@ class DuckDBEngine(Engine):
 
     def __init__(self, *, timeout_s: float = 5.0, max_rows: int = 10_000,
                  cache_dir: str | Path | None = None, threads: int = 1,
-                 memory_limit: str = "512MB") -> None:
-        super().__init__(timeout_s=timeout_s, max_rows=max_rows)
+                 memory_limit: str = "512MB", max_bytes: int = MAX_BYTES) -> None:
+        super().__init__(timeout_s=timeout_s, max_rows=max_rows, max_bytes=max_bytes)
         self.cache_dir = cache_dir
         self.config: dict[str, Any] = {
             "enable_external_access": False, "autoload_known_extensions": False,
             "autoinstall_known_extensions": False, "allow_community_extensions": False,
             "threads": threads, "memory_limit": memory_limit, "temp_directory": "",
             "lock_configuration": True}
-        self._dbs: dict[tuple[str, str], tuple[Path, duckdb.DuckDBPyConnection]] = {}
+        self._copies: dict[tuple[str, str], Path] = {}
         self._lock = threading.Lock()
         self._parser: duckdb.DuckDBPyConnection | None = None
+        self._worker = Worker("skyhub.envs.sql.engines.duckdb_session:DuckDBSession",
+                              name="DuckDB query",
+                              rss_limit=_bytes(memory_limit) + (768 << 20),
+                              max_reply=2 * max_bytes + (1 << 20))
 
-    def _db(self, db_id: str, sqlite_path: Path, *, recheck: bool = False
-            ) -> duckdb.DuckDBPyConnection:
+    def _copy(self, db_id: str, sqlite_path: Path, *, recheck: bool = False) -> Path:
         key = (db_id, str(sqlite_path))
-        held = self._dbs.get(key)
-        if held is not None and not recheck:
-            return held[1]
-        path = ensure_copy(db_id, sqlite_path, self.cache_dir)
-        if held is not None:
-            if held[0] == path:
-                return held[1]
-            held[1].close()  # the SQLite file changed since: serve the new copy
-        con = duckdb.connect(str(path), read_only=True, config=self.config)
-        self._dbs[key] = (path, con)
-        return con
+        path = self._copies.get(key)
+        if path is None or recheck:  # a stat notices a changed SQLite file
+            path = self._copies[key] = ensure_copy(db_id, sqlite_path, self.cache_dir)
+        return path
 
     def begin_episode(self, db_id: str, sqlite_path: Path) -> None:
         """Nothing to reset (read-only, nothing outlives a statement); a stat notices a
         changed SQLite file, and the first episode on a database builds its copy."""
         with self._lock:
             try:
-                self._db(db_id, sqlite_path, recheck=True)
+                self._copy(db_id, sqlite_path, recheck=True)
             except (OSError, sqlite3.Error, duckdb.Error) as e:
                 raise InfraError(f"no DuckDB copy of {sqlite_path}: {e}") from e
 
@@ -257,81 +266,36 @@ class DuckDBEngine(Engine):
             return QueryResult(error=problem)
         with self._lock:
             try:
-                db = self._db(db_id, sqlite_path)
+                path = self._copy(db_id, sqlite_path)
             except (OSError, sqlite3.Error, duckdb.Error) as e:
-                # e.g. another engine of this process opened it with other threads/memory
-                # settings: DuckDB shares one instance per file and process
                 return QueryResult(error=f"database {db_id!r} is not available: {e}")
-            cur = db.cursor()
-            fired = threading.Event()
-
-            def stop() -> None:
-                fired.set()
-                with contextlib.suppress(duckdb.Error):  # the statement may just have ended
-                    cur.interrupt()
-
-            timer = threading.Timer(self.timeout_s, stop)
-            timer.daemon = True
             try:
-                statements = cur.extract_statements(sql)
-                if not statements:
-                    return QueryResult()
-                if len(statements) > 1:
-                    return QueryResult(error="You can only execute one statement at a time.")
-                kind, second = statements[0].type.name, _second_word(statements[0].query)
-                if kind == "EXPLAIN" and second in ("analyze", "analyse"):
-                    kind = "EXPLAIN ANALYZE"  # which runs the statement it explains
-                elif kind == "PRAGMA" and second not in _READ_PRAGMAS:
-                    kind = "PRAGMA SET"
-                if kind not in _READ:
-                    return QueryResult(error=f"the database is read-only: only queries run "
-                                       f"here, and this is a {kind} statement")
-                timer.start()
-                cur.execute(statements[0])
-                rows = cur.fetchmany(limit + 1)
-                description = cur.description or []
-            except Exception as e:  # errors are the agent's observation, never raised
-                if fired.is_set():
+                return self._worker.call(
+                    "execute", self.timeout_s + max(1.0, self.timeout_s / 2), path=str(path),
+                    config=self.config, sql=sql, limit=limit, timeout_s=self.timeout_s,
+                    max_bytes=self.max_bytes)
+            except WorkerLost as e:  # what the statement did to its process: its failure
+                if e.timed_out:
                     return QueryResult(error=f"query interrupted: it ran longer than "
                                        f"{self.timeout_s:g} s", timed_out=True)
-                return QueryResult(error=_message(e))
-            finally:
-                timer.cancel()
-                cur.close()
-        columns = [d[0] for d in description]
-        nested = [i for i, d in enumerate(description) if _is_nested(str(d[1]))]
-        if nested:  # lists and structs are unhashable: rewards compare rows as sets
-            rows = [tuple(str(v) if i in nested and v is not None else v
-                          for i, v in enumerate(r)) for r in rows]
-        return QueryResult(columns, [tuple(r) for r in rows[:limit]],
-                           truncated=len(rows) > limit)
+                return QueryResult(error=f"the query was stopped: {e}")
+            except RuntimeError as e:
+                return QueryResult(error=clip(str(e)))
 
     def close(self) -> None:
         with self._lock:
-            for _, con in self._dbs.values():
-                con.close()
-            self._dbs.clear()
+            self._worker.stop()
+            self._copies.clear()
             if self._parser is not None:
                 self._parser.close()
                 self._parser = None
 
 
-def _second_word(text: str) -> str:
-    """The statement's second token, lower case, comments skipped (DuckDB's tokenizer)."""
-    starts = [p for p, t in duckdb.tokenize(text) if t != duckdb.token_type.comment]
-    m = re.match(r"\w*", text[starts[1]:]) if len(starts) > 1 else None
-    return m.group(0).lower() if m else ""
-
-
-def _is_nested(type_name: str) -> bool:
-    return type_name.endswith("]") or type_name.startswith(("STRUCT", "MAP", "UNION"))
-
-
-def _message(e: BaseException) -> str:
-    if isinstance(e, duckdb.Error):
-        return str(e)
-    return "the result does not fit in memory" if isinstance(e, MemoryError) else \
-        f"{type(e).__name__}: {e}"
+def _bytes(size: str) -> int:
+    """A DuckDB size setting ("512MB", "1GiB") in bytes; 1 GiB when it is not one."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", size)
+    unit = _UNITS.get((m.group(2) or "b").lower()) if m else None
+    return int(float(m.group(1)) * unit) if m and unit else 1 << 30
 
 
 def rewrite_like_sqlite(sql: str, con: duckdb.DuckDBPyConnection) -> str:

@@ -14,9 +14,23 @@
   even `ALTER ROLE <self> SET` dies with the episode.
 Writes are refused, as on sqlite: an agent that could DELETE rows before its solution runs
 would change the gold result too (an empty answer would score). Each statement runs in a
-transaction that is rolled back, with `statement_timeout` and a client-side cancel as a
-backstop; rows come through a server-side cursor (`max_rows + 1` fetched), so a huge cross
-join costs what is fetched; what DECLARE refuses (EXPLAIN, SHOW, DML) runs directly.
+transaction that is rolled back, with `statement_timeout`, up to `max_rows` and `max_bytes`,
+in a worker process of the engine's own (engines/postgres_session.py, engines/worker.py):
+libpq reads a whole message before anyone sees its size, so a 300 MB value, or an error
+message quoting one, costs that process (killed past its memory or deadline), not the host.
+
+What an episode can see of others. The template revokes from PUBLIC (so in every clone):
+the lock functions of advisory locks (session-level: a ROLLBACK keeps them, and thousands
+fill the server's shared lock table; each statement also starts and ends with
+`pg_advisory_unlock_all()`), and the catalogs and functions that list databases, roles and
+sessions (`pg_database`, `pg_roles`, `pg_stat_activity`, `pg_locks`, ...: `_HIDDEN` in
+engines/postgres_load.py). What PostgreSQL still shows: role names (a clone's is its role's)
+through casts and functions any role may call (`oid::regrole`, `pg_get_userbyid(oid)`,
+`has_database_privilege(...)`), which system views a schema explorer needs (`pg_tables`)
+call. Those names carry nothing secret: `skyhub_ep_<host hash>_<pid>_<n>` for a clone and
+its role, `skyhub_tmpl_<db_id>_<hash>` for a template (db_ids are the dataset's);
+passwords are random per episode and only the superuser reads them; PostgreSQL shows a
+session's query text only to its own role, and no episode role is a member of another.
 
 Tables and columns are created in LOWER case: Spider's SQL, written for SQLite, is blind to
 identifier case (`T1.Name`), and PostgreSQL folds unquoted names to lower case, so those
@@ -49,14 +63,21 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import pq, sql
-from psycopg.adapt import Loader
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from skyhub.errors import InfraError, SandboxUnavailable
 
 from . import rewrite, rewrite_postgres
-from .base import Engine, QueryResult, sqlite_identifiers, standardize_sqlite_sql, text_problem
+from .base import (
+    MAX_BYTES,
+    Engine,
+    QueryResult,
+    clip,
+    sqlite_identifiers,
+    standardize_sqlite_sql,
+    text_problem,
+)
 from .postgres_load import (  # noqa: F401 - pg_type, TEMPLATE_PREFIX: the module's API
     GROUP,
     TEMPLATE_PREFIX,
@@ -66,6 +87,7 @@ from .postgres_load import (  # noqa: F401 - pg_type, TEMPLATE_PREFIX: the modul
     sqlite_columns,
     template_name,
 )
+from .worker import Worker, WorkerLost
 
 DEFAULT_DSN = "host=127.0.0.1 port=55432 user=postgres dbname=postgres"
 CLONE_PREFIX = "skyhub_ep_"
@@ -87,29 +109,24 @@ _RESERVED = frozenset({
 _QUOTED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/|\"(?:[^\"]|\"\")*\"", re.S)
 
 
-class _NumericLoader(Loader):
-    """numeric -> int or float: Decimal('2.50') would differ from the 2.5 of other engines."""
-
-    def load(self, data: Any) -> int | float:
-        s = bytes(data).decode()
-        return int(s) if s.lstrip("-").isdigit() else float(s)
-
-
 class PostgresEngine(Engine):
     name = "postgres"
     dialect = "PostgreSQL"
 
     def __init__(self, *, dsn: str | None = None, timeout_s: float = 5.0,
-                 max_rows: int = 10_000) -> None:
-        super().__init__(timeout_s=timeout_s, max_rows=max_rows)
+                 max_rows: int = 10_000, max_bytes: int = MAX_BYTES) -> None:
+        super().__init__(timeout_s=timeout_s, max_rows=max_rows, max_bytes=max_bytes)
         self.dsn = dsn or os.environ.get("SKYHUB_POSTGRES_DSN") or DEFAULT_DSN
         self._admin: psycopg.Connection[Any] | None = None
         self._lock = threading.RLock()
         self._db_id: str | None = None
         self._clone: str | None = None  # also the episode role's name
-        self._password = ""
-        self._con: psycopg.Connection[Any] | None = None
+        self._conninfo = ""  # the episode role's, for the worker
         self._parser: Any = None  # a DuckDB connection: its parser reads the gold SQL
+        self._worker = Worker("skyhub.envs.sql.engines.postgres_session:PGSession",
+                              name="PostgreSQL query", rss_limit=4 * max_bytes + (256 << 20),
+                              address_limit=4 * max_bytes + (1 << 30),
+                              max_reply=2 * max_bytes + (1 << 20))
         admin = self._admin_con()
         with contextlib.suppress(psycopg.errors.DuplicateObject,
                                  psycopg.errors.UniqueViolation):  # two processes at once
@@ -165,12 +182,10 @@ class PostgresEngine(Engine):
                              f"{_first_line(e)}") from e
         with self._lock:
             admin, old = self._admin_con(), self._clone
-            if self._con is not None:
-                with contextlib.suppress(psycopg.Error):
-                    self._con.close()
-            self._con = self._clone = self._db_id = None
+            self._disconnect()
+            self._clone = self._db_id = None
             name = f"{CLONE_PREFIX}{_HOST}_{os.getpid()}_{next(_counter)}"
-            self._password = secrets.token_hex(16)
+            password = secrets.token_hex(16)
             q = sql.Identifier(name)
             # FILE_COPY copies the files; the default WAL-logs every page (slow when large)
             strategy = " STRATEGY FILE_COPY" if admin.info.server_version >= 150000 else ""
@@ -179,13 +194,14 @@ class PostgresEngine(Engine):
                     "CREATE ROLE {r} LOGIN PASSWORD {pw} NOSUPERUSER NOCREATEDB NOCREATEROLE "
                     "NOREPLICATION NOBYPASSRLS CONNECTION LIMIT 4 IN ROLE {g}; "
                     "ALTER ROLE {r} SET temp_file_limit = '1GB'").format(
-                        r=q, pw=sql.Literal(self._password), g=sql.Identifier(GROUP)))
+                        r=q, pw=sql.Literal(password), g=sql.Identifier(GROUP)))
                 self._clone = name  # from here on, close() drops what exists of it
                 admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}" + strategy).format(
                     q, sql.Identifier(tmpl)))
                 admin.execute(sql.SQL("REVOKE ALL ON DATABASE {d} FROM PUBLIC; "
                                       "GRANT CONNECT ON DATABASE {d} TO {d}").format(d=q))
-                self._connect()
+                self._conninfo = make_conninfo(self.dsn, user=name, password=password,
+                                               dbname=name)
                 self._db_id = db_id
             except psycopg.Error as e:
                 for k in [k for k, v in _templates.items() if v == tmpl]:
@@ -199,12 +215,12 @@ class PostgresEngine(Engine):
                     with contextlib.suppress(psycopg.Error):
                         _drop_clone(admin, old)
 
-    def _connect(self) -> None:
-        assert self._clone is not None
-        self._con = psycopg.connect(
-            make_conninfo(self.dsn, user=self._clone, password=self._password,
-                          dbname=self._clone), autocommit=True, prepare_threshold=None)
-        self._con.adapters.register_loader("numeric", _NumericLoader)
+    def _disconnect(self) -> None:
+        """Close the episode role's connection (in the worker, if one runs)."""
+        self._conninfo = ""
+        if self._worker.pid is not None:
+            with contextlib.suppress(WorkerLost, RuntimeError):
+                self._worker.call("disconnect", 5.0)
 
     def from_sqlite(self, db_id: str, sqlite_path: Path, sql_text: str) -> str:
         """SQLite's leniencies (`base.standardize_sqlite_sql`: "France" as a string, case-blind
@@ -237,79 +253,33 @@ class PostgresEngine(Engine):
         with self._lock:
             if self._db_id != db_id or self._clone is None:
                 self.begin_episode(db_id, sqlite_path)
-            if self._con is None or self._con.closed:
-                try:
-                    self._connect()
-                except psycopg.Error as e:
-                    raise InfraError(f"lost the episode database {self._clone}: "
-                                     f"{_first_line(e)}") from e
-            con = self._con
-            assert con is not None
-            watchdog = threading.Timer(self.timeout_s + 1.0, con.cancel_safe)
-            watchdog.daemon = True
             try:
-                con.execute(f"BEGIN; DEALLOCATE ALL; SET LOCAL statement_timeout = "
-                            f"{max(1, int(self.timeout_s * 1000))}; SAVEPOINT q")
-                watchdog.start()
-                return self._run(con, sql_text, limit)
-            except psycopg.errors.QueryCanceled:
-                return QueryResult(error=f"query interrupted: it ran longer than "
-                                   f"{self.timeout_s:g} s", timed_out=True)
-            except psycopg.Error as e:
-                if "multiple commands" in str(e):
-                    return QueryResult(error="only one statement at a time is allowed")
-                return QueryResult(error=_first_line(e))
-            except MemoryError:
-                return QueryResult(error="the result does not fit in memory")
-            except (ValueError, OverflowError) as e:  # a value Python cannot represent
-                return QueryResult(error=f"{type(e).__name__}: {e}")
-            finally:
-                watchdog.cancel()
-                try:  # undo whatever it did; a connection stuck mid-COPY is replaced
-                    if con.pgconn.transaction_status == pq.TransactionStatus.ACTIVE:
-                        raise psycopg.OperationalError("connection busy")
-                    con.execute("ROLLBACK")
-                except psycopg.Error:
-                    con.close()
-
-    def _run(self, con: psycopg.Connection[Any], text: str, limit: int) -> QueryResult:
-        """A query through a server-side cursor; anything DECLARE refuses (EXPLAIN, SHOW,
-        DML) runs directly, in extended protocol (one statement only), rows streamed."""
-        cur = con.cursor(name="skyhub_q")
-        try:
-            cur.execute(text)
-            rows = cur.fetchmany(limit + 1)
-            columns = [d.name for d in cur.description or ()]
-        except psycopg.errors.SyntaxError:  # not a query (or a bad one: the same error again)
-            con.execute("ROLLBACK TO SAVEPOINT q")
-            plain, rows, columns = con.cursor(), [], []
-            try:
-                for row in plain.stream(text):
-                    rows.append(row)
-                    if len(rows) > limit:
-                        break
-                columns = [d.name for d in plain.description or ()]
-            except psycopg.ProgrammingError as e:
-                if "didn't produce a result" not in str(e):  # a command: it ran, no rows
-                    raise
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                cur.close()
-        return QueryResult(columns, [tuple(r) for r in rows[:limit]],
-                           truncated=len(rows) > limit)
+                r = self._worker.call(
+                    "execute", self.timeout_s + max(2.0, self.timeout_s / 2),
+                    conninfo=self._conninfo, sql=sql_text, limit=limit,
+                    timeout_s=self.timeout_s, max_bytes=self.max_bytes)
+            except WorkerLost as e:  # what the statement did to its process: its failure
+                if e.timed_out:
+                    return QueryResult(error=f"query interrupted: it ran longer than "
+                                       f"{self.timeout_s:g} s", timed_out=True)
+                return QueryResult(error=f"the query was stopped: {e}")
+            except RuntimeError as e:
+                return QueryResult(error=clip(str(e)))
+        if isinstance(r, dict):
+            raise InfraError(f"lost the episode database {self._clone}: {r['lost']}")
+        return r
 
     # ---------------------------------------------------------------- cleanup
     def close(self) -> None:
         """Drop the episode's clone and role and close the connections. Idempotent; the
         engine stays usable (the next episode reconnects)."""
         with self._lock:
-            if self._con is not None:
-                with contextlib.suppress(psycopg.Error):
-                    self._con.close()
+            self._conninfo = ""
+            self._worker.stop()  # its connection closed first: DROP need not wait
             if self._clone is not None:
                 with contextlib.suppress(psycopg.Error, SandboxUnavailable):
                     _drop_clone(self._admin_con(), self._clone)
-            self._con = self._clone = self._db_id = None
+            self._clone = self._db_id = None
             if self._admin is not None:
                 self._admin.close()
             if self._parser is not None:

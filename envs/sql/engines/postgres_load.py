@@ -26,7 +26,26 @@ from .rewrite_postgres import Column, affinity
 
 GROUP = "skyhub_agent"
 TEMPLATE_PREFIX = "skyhub_tmpl_"
-_LOADER_VERSION = b"2"  # bump when loading changes: new templates get new names
+_LOADER_VERSION = b"3"  # bump when loading changes: new templates get new names
+#: Catalogs that list other episodes' databases, roles and sessions (or settings and
+#: locks): SELECT revoked from PUBLIC in every template (so in every clone). Views that an
+#: agent exploring its schema reads (pg_tables, information_schema) use none of them.
+_HIDDEN = ("pg_database", "pg_roles", "pg_user", "pg_group", "pg_auth_members",
+           "pg_db_role_setting", "pg_shdescription", "pg_shseclabel", "pg_tablespace",
+           "pg_stat_activity", "pg_locks", "pg_stat_database", "pg_stat_database_conflicts",
+           "pg_stat_ssl", "pg_stat_gssapi", "pg_stat_replication", "pg_stat_subscription",
+           "pg_stat_wal_receiver", "pg_stat_progress_vacuum", "pg_stat_progress_analyze",
+           "pg_stat_progress_create_index", "pg_stat_progress_cluster",
+           "pg_stat_progress_basebackup", "pg_stat_progress_copy", "pg_prepared_xacts",
+           "pg_replication_slots", "pg_replication_origin_status")
+#: ... and the functions behind them (EXECUTE revoked), with the advisory lock functions:
+#: those locks are session-level, so a ROLLBACK keeps them (engines/postgres_session.py)
+_HIDDEN_FUNCTIONS = r"""SELECT p.oid::regprocedure::text FROM pg_proc p
+    WHERE p.pronamespace = 'pg_catalog'::regnamespace AND (
+        p.proname IN ('pg_stat_get_activity', 'pg_lock_status', 'pg_blocking_pids',
+                      'pg_safe_snapshot_blocking_pids', 'pg_stat_get_progress_info')
+        OR p.proname LIKE 'pg\_stat\_get\_backend\_%'
+        OR (p.proname LIKE 'pg\_%advisory%lock%' AND p.proname NOT LIKE '%unlock%'))"""
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _CLASSES = ("integer", "real", "text", "blob")
 
@@ -156,6 +175,7 @@ def _load_template(admin: psycopg.Connection[Any], dsn: str, name: str, path: Pa
             dst.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {g}; GRANT SELECT ON ALL "
                                 "TABLES IN SCHEMA public TO {g}").format(
                                     g=sql.Identifier(GROUP)))
+            _hide_others(dst)
         with psycopg.connect(make_conninfo(dsn, dbname=name), autocommit=True) as dst:
             for stmt, fallback in indexes:
                 try:
@@ -168,6 +188,20 @@ def _load_template(admin: psycopg.Connection[Any], dsn: str, name: str, path: Pa
         src.close()
     admin.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false IS_TEMPLATE true")
                   .format(ident))
+
+
+def _hide_others(dst: psycopg.Connection[Any]) -> None:
+    """Revoke from PUBLIC what shows other episodes, in this database's own catalog."""
+    views = [r[0] for r in dst.execute(
+        "SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'pg_catalog'::regnamespace "
+        "AND c.relname = ANY(%s)", [list(_HIDDEN)])]
+    for name in views:
+        dst.execute(sql.SQL("REVOKE ALL ON pg_catalog.{} FROM PUBLIC").format(
+            sql.Identifier(name)))
+    for (signature,) in dst.execute(_HIDDEN_FUNCTIONS).fetchall():
+        # a regprocedure's text (`pg_advisory_lock(bigint)`), from the catalog itself
+        dst.execute(sql.SQL("REVOKE ALL ON FUNCTION pg_catalog.{} FROM PUBLIC").format(
+            sql.SQL(signature)))
 
 
 def _load_table(src: sqlite3.Connection, dst: psycopg.Connection[Any],

@@ -7,18 +7,33 @@ Safety comes from SQLite itself, not from inspecting the SQL text:
   (they would shadow real tables for the gold query), no PRAGMA assignments, no
   `load_extension`; read-only PRAGMAs such as `table_info` stay allowed for exploration;
 - a progress handler interrupts a statement past `timeout_s` (a recursive CTE that never
-  ends, a cross join of millions of rows);
-- rows are fetched up to `max_rows` (+1 to know it was cut), so a huge result costs little.
+  ends, a cross join of millions of rows), and one watchdog thread per process interrupts
+  it too (`_Watchdog`): the handler runs every 10k VM instructions, and when each row
+  costs one slow instruction (a quadratic `instr` on long text) that is thousands of rows;
+  the watchdog also stops a statement past `max_temp_bytes` (1 GiB) of temporary files;
+- SQLite's own limits bound what one value and one row may take before Python sees them:
+  a string or blob, and a row SQLite stores for a sort or a subquery, is at most
+  `max_value_bytes` (256 KiB: `zeroblob(2e8)` fails inside SQLite, `printf('%.*c', 2e8,
+  'x')` is NULL), a result has at most `max_columns` columns (1000, or the widest table's
+  count), a LIKE pattern at most 1000 characters;
+- rows are fetched one at a time up to `max_rows` (+1 to know it was cut) and `max_bytes`
+  (`base.take_rows`; at once when that many rows of values at the length limit would fit
+  anyway), so a huge result costs the host little.
+A stored value longer than `max_value_bytes` cannot be read (SQLite's "string or blob too
+big"); raise it for such data. What the limits leave: one row's expressions run to their end
+before an interrupt is seen, so built-in functions on long values (about 0.5 s for a
+quadratic `instr`/`replace` at 256 KiB) can overrun `timeout_s` by what one row costs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
 from pathlib import Path
 
-from .base import Engine, QueryResult, text_problem
+from .base import MAX_BYTES, Engine, QueryResult, clip, cut_result, take_rows, text_problem
 
 #: What a query may do: read. Everything else is denied, including TEMP tables, views and
 #: triggers, which the read-only file does not stop and which would shadow a real table for
@@ -28,18 +43,98 @@ _ALLOW = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, getattr(sqlite3, "SQLITE_R
 _READ_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info",
                  "index_xinfo", "foreign_key_list"}
 _FUNC = getattr(sqlite3, "SQLITE_FUNCTION", 31)
+MAX_VALUE_BYTES = 256 << 10
+MAX_COLUMNS = 1000
+MAX_TEMP_BYTES = 1 << 30
+_LIKE_PATTERN = 1000  # SQLite's default (50,000) makes one LIKE cost O(value x 50,000)
 
 
 def _lenient(b: bytes) -> str:
     return b.decode("utf-8", errors="replace")
 
 
+class _Watchdog:
+    """One daemon thread for the process that interrupts statements past their deadline, or
+    past their budget of temporary files (a sort or DISTINCT of long rows spills to disk:
+    3.6 GB in 5 s, RAM where /tmp is a tmpfs). It polls every 50 ms, so arming costs a
+    statement one dict entry; the temporary files are counted for a statement running
+    longer than that, by its thread's bytes written (/proc/self/task/<tid>/io: SQLite sorts
+    in the thread that runs the statement)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # id(con) -> (con, start, deadline, max_written, thread id)
+        self._due: dict[int, tuple[sqlite3.Connection, float, float, int, int]] = {}
+        self._base: dict[int, tuple[float, int]] = {}  # bytes written when first looked at
+        self._why: dict[int, str] = {}
+        self._thread: threading.Thread | None = None
+
+    def arm(self, con: sqlite3.Connection, start: float, deadline: float,
+            max_written: int) -> None:
+        # one dict store (atomic: no lock)
+        self._due[id(con)] = (con, start, deadline, max_written, threading.get_native_id())
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, daemon=True,
+                                                    name="skyhub-sqlite-watchdog")
+                    self._thread.start()
+
+    def disarm(self, con: sqlite3.Connection) -> str:
+        """Why the statement was interrupted ("time", "written"), or ""; after this, no
+        interrupt reaches the connection's next statement."""
+        with self._lock:
+            self._due.pop(id(con), None)
+            return self._why.pop(id(con), "")
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.05)
+            now = time.monotonic()
+            with self._lock:
+                for key, (con, start, deadline, max_written, tid) in list(self._due.items()):
+                    why = "time" if now > deadline else ""
+                    if not why and now - start > 0.05:
+                        written = _written(tid)
+                        base = self._base.get(key)
+                        if base is None or base[0] != start:  # a new statement
+                            self._base[key] = (start, written)
+                        elif written - base[1] > max_written:
+                            why = "written"
+                    if why:
+                        del self._due[key]
+                        self._why[key] = why
+                        with contextlib.suppress(sqlite3.Error):  # closed meanwhile
+                            con.interrupt()
+                for key in [k for k in self._base if k not in self._due]:
+                    del self._base[key]
+
+
+def _written(tid: int) -> int:
+    """Bytes thread `tid` of this process passed to write() so far; 0 without /proc."""
+    try:
+        with open(f"/proc/self/task/{tid}/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"wchar:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+_WATCHDOG = _Watchdog()
+
+
 class SQLiteEngine(Engine):
     name = "sqlite"
     dialect = "SQLite"
 
-    def __init__(self, *, timeout_s: float = 5.0, max_rows: int = 10_000) -> None:
-        super().__init__(timeout_s=timeout_s, max_rows=max_rows)
+    def __init__(self, *, timeout_s: float = 5.0, max_rows: int = 10_000,
+                 max_bytes: int = MAX_BYTES, max_value_bytes: int = MAX_VALUE_BYTES,
+                 max_columns: int = MAX_COLUMNS, max_temp_bytes: int = MAX_TEMP_BYTES) -> None:
+        super().__init__(timeout_s=timeout_s, max_rows=max_rows, max_bytes=max_bytes)
+        self.max_value_bytes, self.max_columns = max_value_bytes, max_columns
+        self.max_temp_bytes = max_temp_bytes
         self._cons: dict[str, sqlite3.Connection] = {}
         self._lock = threading.Lock()
         self._deadline = 0.0
@@ -51,6 +146,15 @@ class SQLiteEngine(Engine):
             # (never concurrently); the lock below serialises this engine's statements.
             con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True,
                                   check_same_thread=False, isolation_level=None)
+            # a table wider than the column limit would make the schema unreadable
+            widest = 0
+            with contextlib.suppress(sqlite3.Error):  # e.g. a virtual table's missing module
+                widest = con.execute(
+                    "SELECT max((SELECT count(*) FROM pragma_table_info(name))) FROM "
+                    "sqlite_master WHERE type = 'table'").fetchone()[0] or 0
+            con.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, max(self.max_columns, widest))
+            con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.max_value_bytes)
+            con.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, _LIKE_PATTERN)
             con.set_authorizer(self._authorize)
             # checked every 10k VM steps (~1 ms): fine-grained enough for a timeout in seconds
             con.set_progress_handler(self._progress, 10_000)
@@ -78,40 +182,73 @@ class SQLiteEngine(Engine):
             return QueryResult(error=problem)
         with self._lock:
             con = self._connect(db_id, sqlite_path)
-            self._deadline = time.monotonic() + self.timeout_s
+            now = time.monotonic()
+            self._deadline = now + self.timeout_s
+            # the progress handler usually ends a statement on time before the watchdog
+            _WATCHDOG.arm(con, now, self._deadline + 0.1, self.max_temp_bytes)
             try:
-                try:
-                    cur = con.execute(sql)
-                    rows = cur.fetchmany(limit + 1)
-                except sqlite3.OperationalError as e:
-                    if "decode" not in str(e):
-                        raise
-                    # text that is not UTF-8 (it exists in public datasets): decode leniently
-                    # from now on; the fast C decoder serves every other database
-                    con.text_factory = _lenient
-                    cur = con.execute(sql)
-                    rows = cur.fetchmany(limit + 1)
-                columns = [d[0] for d in cur.description or ()]
-                cur.close()
+                r = self._run(con, sql, limit)
+            finally:
+                why = _WATCHDOG.disarm(con)
+        if why == "written" and not r.ok:
+            return QueryResult(error=f"query interrupted: it wrote more than "
+                               f"{self.max_temp_bytes >> 20} MiB of temporary files (a sort, "
+                               f"DISTINCT or GROUP BY over too much data)")
+        return r
+
+    def _run(self, con: sqlite3.Connection, sql: str, limit: int) -> QueryResult:
+        cur = None
+        try:
+            try:
+                cur = con.execute(sql)
+                rows, cut = self._fetch(cur, limit)
             except sqlite3.OperationalError as e:
-                if str(e) == "interrupted":
-                    return QueryResult(error=f"query interrupted: it ran longer than "
-                                       f"{self.timeout_s:g} s", timed_out=True)
-                return QueryResult(error=f"{e}")
-            except sqlite3.DatabaseError as e:
-                msg = str(e)
-                if "not authorized" in msg:
-                    msg += " (the database is read-only here: only SELECT queries and " \
-                           "read-only PRAGMAs such as table_info run)"
-                return QueryResult(error=msg)
-            except (sqlite3.Error, UnicodeEncodeError, ValueError, OverflowError) as e:
-                # Warning: several statements; ProgrammingError; lone surrogates; NUL bytes
-                return QueryResult(error=f"{type(e).__name__}: {e}")
-            except MemoryError:
-                return QueryResult(error="the result does not fit in memory")
-        truncated = len(rows) > limit
-        del rows[limit:]
-        return QueryResult(columns, rows, truncated=truncated)
+                if "decode" not in str(e):
+                    raise
+                # text that is not UTF-8 (it exists in public datasets): decode leniently
+                # from now on; the fast C decoder serves every other database
+                if cur is not None:
+                    cur.close()
+                con.text_factory = _lenient
+                cur = con.execute(sql)
+                rows, cut = self._fetch(cur, limit)
+            columns = [d[0] for d in cur.description or ()]
+        except sqlite3.OperationalError as e:
+            if str(e) == "interrupted":
+                return QueryResult(error=f"query interrupted: it ran longer than "
+                                   f"{self.timeout_s:g} s", timed_out=True)
+            return QueryResult(error=clip(str(e)))
+        except sqlite3.DatabaseError as e:
+            msg = str(e)
+            if "not authorized" in msg:
+                msg += " (the database is read-only here: only SELECT queries and " \
+                       "read-only PRAGMAs such as table_info run)"
+            elif "too big" in msg:
+                msg += f" (a value may hold at most {self.max_value_bytes >> 10} KiB here)"
+            return QueryResult(error=clip(msg))
+        except (sqlite3.Error, UnicodeEncodeError, ValueError, OverflowError) as e:
+            # Warning: several statements; ProgrammingError; lone surrogates; NUL bytes
+            return QueryResult(error=clip(f"{type(e).__name__}: {e}"))
+        except MemoryError:
+            return QueryResult(error="the result does not fit in memory")
+        finally:
+            if cur is not None:
+                cur.close()  # ends the statement before the watchdog is disarmed
+        return cut_result(columns, rows, cut, self.max_bytes)
+
+    def _fetch(self, cur: sqlite3.Cursor, limit: int) -> tuple[list[tuple], str]:
+        """`base.take_rows`, but the first rows in one `fetchmany`: as many as could not pass
+        `max_bytes` even if every value were at SQLite's length limit (a short result of a
+        few columns is all of them: nothing to count)."""
+        width = len(cur.description or ()) * (self.max_value_bytes + 16)
+        free = max(1, min(limit + 1, self.max_bytes // width if width else limit + 1))
+        rows = cur.fetchmany(free)
+        if len(rows) > limit:
+            del rows[limit:]
+            return rows, "rows"
+        if len(rows) < free:
+            return rows, ""
+        return take_rows(cur, limit, self.max_bytes, rows)  # more may follow: count
 
     def close(self) -> None:
         with self._lock:
