@@ -9,16 +9,37 @@ command is sent as one line, `eval "$(printf %s BASE64 | base64 -d)" </dev/null`
   shell waiting for more input (a syntax error is just exit status 2);
 - `eval` runs in the shell itself, so `cd`, variables, functions and background jobs persist;
 - stdin is /dev/null, so `read`, a REPL or an editor gets end-of-file instead of hanging;
-- the marker's nonce is new per command, so output cannot fake the end of a command.
+- the marker's nonce is new per command and secret from the command, so its output cannot
+  fake its end (an early marker would hide its real exit status and the rest of its output).
+
+Where the nonce could leak, and why it does not: it is typed only inside the line itself,
+which the shell has read in full before the command runs (nothing of it waits in the terminal
+for the command to read); the shell keeps no history (`set +o history`, HISTSIZE=0, no
+HISTFILE, switched off again after every command, so a command that turns history on cannot
+read the next line's nonce with `history` or `fc`); it is in no variable, no environment and
+no process's argv (`printf` is a builtin: `ps`, /proc/*/cmdline and /proc/*/environ never see
+it); the line's words are quoted, so an alias a command defines cannot rewrite them. The
+marker the shell's EXIT trap prints (so that `exit` is noticed at once) is visible to a command
+(`trap -p`), so it is only believed when the shell then stops answering: a command that prints
+it keeps running and is judged by its real marker (a real `exit` while a background job holds
+the terminal is therefore noticed only at the command's timeout).
+
+The limit (documented, not fixable while commands run inside the shell): code that changes
+the shell itself (a function named like a builtin, a DEBUG trap) runs at the shell's own next
+statements, so it can misreport its own exit status and that of later commands. It fools only
+the agent that planted it: time limits are enforced from the host, and verifiers run outside
+this shell, after every process of the agent has been killed.
 
 A command past its timeout gets Ctrl-C; if the shell does not come back, Ctrl-\\; if it still
-does not, the shell is replaced by a new one in the last working directory (the files stay:
-only the shell's variables and jobs are lost) and the result says so.
+does not, the shell is replaced by a new one in the last working directory (or the workdir,
+if that is gone; the files stay: only the shell's variables and jobs are lost) and the result
+says so.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
 import secrets
 import shlex
@@ -68,86 +89,130 @@ class ShellSession:
         self.sandbox, self.max_output = sandbox, max_output
         self.cwd = cwd or sandbox.workdir
         self._stream: Stream | None = None
+        self._buf = bytearray()  # read from the shell, not yet consumed
         self._pty = True
         self._exit_marker = b""
         self._start()
 
     # -- the shell ---------------------------------------------------------------------
-    def _argv(self) -> list[str]:
-        bash = "bash --noprofile --norc -i"
-        return ["script", "-qfec", bash, "/dev/null"] if self._pty else bash.split()
-
     def _start(self) -> None:
+        """A new shell in `self.cwd`, else (e.g. the agent deleted it) in the workdir; with a
+        pty, else plain pipes (no `script` in the image). InfraError when none starts."""
         self.close()
-        for attempt in range(2):
+        tries = [(self.cwd, self._pty)] + ([(self.cwd, False)] if self._pty else [])
+        if self.cwd != self.sandbox.workdir:
+            tries.append((self.sandbox.workdir, self._pty))
+        deadline, errors = time.monotonic() + START_TIMEOUT_S, []
+        for cwd, pty in tries:
             try:
-                self._stream = self.sandbox.open_stream(self._argv(), env=SHELL_ENV,
-                                                        cwd=self.cwd)
-                ready, gone = secrets.token_hex(6), secrets.token_hex(6)
-                # the EXIT trap tells us at once when `exit` ends the shell (with a job still
-                # holding the terminal, the stream itself would not end)
-                self._exit_marker = f"\x1e{gone}:exit\x1f".encode()
-                self._stream.write(
-                    f"stty -echo 2>/dev/null; PS1=''; PS2=''; PROMPT_COMMAND=''; "
-                    f"unset HISTFILE; set +m; trap \"printf '\\036{gone}:exit\\037\\n'\" EXIT; "
-                    f"cd {shlex.quote(self.cwd)} 2>/dev/null; "
-                    f"printf '\\036{ready}\\037\\n'\n".encode())
-                self._read_until(f"\x1e{ready}\x1f".encode(), START_TIMEOUT_S)
+                self._open(cwd, pty, max(deadline - time.monotonic(), 2.0))
+                self.cwd, self._pty = cwd, pty
                 return
-            except (ChannelBroken, TimeoutError) as e:
+            except (ChannelBroken, TimeoutError, InfraError) as e:
                 self.close()
-                if attempt == 0 and self._pty:  # no `script` in the image: plain pipes
-                    self._pty = False
-                    continue
-                raise InfraError(f"cannot start bash in sandbox {self.sandbox.id}: {e}") from e
+                errors.append(f"{cwd} ({'pty' if pty else 'pipes'}): {e!r}")
+        raise InfraError(f"cannot start bash in sandbox {self.sandbox.id}: "
+                         f"{'; '.join(errors)}")
 
-    def _read_until(self, marker: bytes | re.Pattern[bytes], timeout: float,
-                    sink: agent._Capped | None = None) -> re.Match[bytes] | bytes:
-        """Read until `marker` appears; what came before it goes to `sink`. TimeoutError if
-        it does not come within `timeout` s."""
+    def _open(self, cwd: str, pty: bool, timeout: float) -> None:
+        bash = "bash --noprofile --norc -i"
+        argv = ["script", "-qfec", bash, "/dev/null"] if pty else bash.split()
+        self._stream = self.sandbox.open_stream(argv, env=SHELL_ENV, cwd=cwd)
+        self._buf.clear()
+        ready, gone = secrets.token_hex(6), secrets.token_hex(6)
+        # the EXIT trap tells us at once when `exit` ends the shell (with a job still
+        # holding the terminal, the stream itself would not end); `trap -p` shows it to
+        # commands, so its marker is only believed once the shell does not answer (`run`)
+        self._exit_marker = f"\x1e{gone}:exit\x1f".encode()
+        self._stream.write(
+            f"stty -echo 2>/dev/null; set +o history; unset HISTFILE; HISTSIZE=0; "
+            f"HISTFILESIZE=0; PS1=''; PS2=''; PROMPT_COMMAND=''; set +m; "
+            f"trap \"printf '\\036{gone}:exit\\037\\n'\" EXIT; "
+            f"cd {shlex.quote(cwd)} 2>/dev/null; "
+            f"printf '\\036{ready}\\037\\n'\n".encode())
+        self._read_until(re.compile(re.escape(f"\x1e{ready}\x1f".encode()) + rb"\r?\n"),
+                         timeout)
+
+    def _read_until(self, marker: re.Pattern[bytes], timeout: float,
+                    sink: agent._Capped | None = None) -> re.Match[bytes]:
+        """Read until `marker` appears; what came before it goes to `sink` (or is dropped),
+        what came after it stays buffered for the next read. TimeoutError if it does not come
+        within `timeout` s."""
         assert self._stream is not None
-        buf, deadline = bytearray(), time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
         while True:
-            found = marker.search(buf) if isinstance(marker, re.Pattern) else (
-                marker if marker in buf else None)
+            found = marker.search(bytes(self._buf))
             if found is not None:
-                end = found.start() if isinstance(found, re.Match) else buf.index(marker)
                 if sink is not None:
-                    sink.add(bytes(buf[:end]))
+                    sink.add(bytes(self._buf[:found.start()]))
+                del self._buf[:found.end()]
                 return found
             keep = 256  # a marker may straddle two reads
-            if sink is not None and len(buf) > 4 * keep:
-                sink.add(bytes(buf[:-keep]))
-                del buf[:-keep]
+            if len(self._buf) > 4 * keep:
+                if sink is not None:
+                    sink.add(bytes(self._buf[:-keep]))
+                del self._buf[:-keep]
             wait = deadline - time.monotonic()
             if wait <= 0:
                 if sink is not None:
-                    sink.add(bytes(buf))
+                    sink.add(bytes(self._buf))
+                self._buf.clear()
                 raise TimeoutError
-            buf += self._stream.read(min(wait, 1.0))
+            self._buf += self._stream.read(min(wait, 1.0))
 
     # -- commands ----------------------------------------------------------------------
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
         start = time.monotonic()
+        deadline = start + timeout
         out = agent._Capped(self.max_output)
         nonce = secrets.token_hex(8)
-        done = re.compile(rb"\x1e" + nonce.encode() + rb":(\d+):([^\x1f]*)\x1f\r?\n|" +
-                          re.escape(self._exit_marker))
+        done = re.compile(rb"\x1e" + nonce.encode() + rb":(\d+):([^\x1f]*)\x1f\r?\n")
         b64 = base64.b64encode(command.encode("utf-8", "replace")).decode()
-        line = (f'eval "$(printf %s {b64} | base64 -d)" </dev/null; '
-                f"printf '\\036{nonce}:%s:%s\\037\\n' \"$?\" \"$PWD\"\n")
+        # the words of the line are quoted (an alias cannot rewrite them); after the marker,
+        # history goes off again before the shell reads the next line
+        line = (f'\\eval "$(\\builtin printf %s {b64} | \\base64 -d)" </dev/null; '
+                f"\\builtin printf '\\036{nonce}:%s:%s\\037\\n' \"$?\" \"$PWD\"; "
+                "\\builtin set +o history\n")
+        probe: re.Pattern[bytes] | None = None
         try:
             if self._stream is None:
                 self._start()
+            self._buf.clear()  # what came between commands (a background job's output)
             self._stream.write(line.encode())  # type: ignore[union-attr]
-            m = self._read_until(done, timeout, out)
+            while True:
+                wait = [done.pattern, re.escape(self._exit_marker)]
+                if probe is not None:
+                    wait.append(probe.pattern)
+                m = self._read_until(re.compile(b"|".join(wait)), deadline - time.monotonic(),
+                                     out)
+                if done.fullmatch(m.group(0)):
+                    break
+                if probe is not None and probe.fullmatch(m.group(0)):
+                    # the shell answers, but this command's marker never came (a command
+                    # that rewired the shell's builtins): the command is over, its status
+                    # is unknown
+                    return CommandResult(printable(out.value()), None, self.cwd,
+                                         duration_s=time.monotonic() - start)
+                # the EXIT trap's marker, or a command that printed it (`trap -p` shows it):
+                # a shell that has really exited never answers this probe
+                out.add(m.group(0))
+                if probe is None:
+                    tag = secrets.token_hex(8)
+                    probe = re.compile(rb"\x1e" + tag.encode() + rb":probe\x1f\r?\n")
+                    self._stream.write(  # type: ignore[union-attr]
+                        f"\\builtin printf '\\036{tag}:probe\\037\\n'\n".encode())
         except ChannelBroken:
-            return self._lost(out, start, "the shell exited (e.g. `exit` or a killed bash)")
+            return self._lost(out, start, "the shell exited (e.g. `exit` or a killed bash)",
+                              strip=self._exit_marker)
         except TimeoutError:
+            if probe is not None:  # the exit marker came and the shell never answered again
+                return self._lost(out, start, "the shell exited (`exit`)",
+                                  strip=self._exit_marker)
             return self._interrupt(out, start, done)
-        assert isinstance(m, re.Match)
-        if m.group(1) is None:
-            return self._lost(out, start, "the shell exited (`exit`)")
+        if probe is not None:  # it answers the probe after this line: not part of any output
+            with contextlib.suppress(TimeoutError, ChannelBroken):
+                self._read_until(probe, GRACE_S)
+            self._buf.clear()
         self.cwd = m.group(2).decode("utf-8", "replace") or self.cwd
         return CommandResult(printable(out.value()), int(m.group(1)), self.cwd,
                              duration_s=time.monotonic() - start)
@@ -162,24 +227,27 @@ class ShellSession:
             try:
                 self._stream.write(key)
                 time.sleep(0.1)
-                self._stream.write(f"\nprintf '\\036{nonce}:%s\\037\\n' \"$PWD\"\n".encode())
+                self._stream.write(
+                    f"\n\\builtin printf '\\036{nonce}:%s\\037\\n' \"$PWD\"\n".encode())
                 m = self._read_until(re.compile(rb"\x1e" + nonce.encode() +
                                                 rb":([^\x1f]*)\x1f\r?\n"), GRACE_S, out)
             except TimeoutError:
                 continue
             except ChannelBroken:
                 break
-            assert isinstance(m, re.Match)
             self.cwd = m.group(1).decode("utf-8", "replace") or self.cwd
             text = done.sub(b"", out.value())
             return CommandResult(printable(text), None, self.cwd, timed_out=True,
                                  duration_s=time.monotonic() - start)
         return self._lost(out, start, "the command did not stop on Ctrl-C", timed_out=True)
 
-    def _lost(self, out: agent._Capped, start: float, why: str,
-              timed_out: bool = False) -> CommandResult:
+    def _lost(self, out: agent._Capped, start: float, why: str, timed_out: bool = False,
+              strip: bytes = b"") -> CommandResult:
+        """A new shell; the result of the command the old one was running. `strip`: the old
+        shell's exit marker, which is no output of the command."""
+        text = out.value().replace(strip, b"") if strip else out.value()
         self._start()  # in the last known working directory
-        return CommandResult(printable(out.value()), None, self.cwd, timed_out=timed_out,
+        return CommandResult(printable(text), None, self.cwd, timed_out=timed_out,
                              restarted=why, duration_s=time.monotonic() - start)
 
     def close(self) -> None:

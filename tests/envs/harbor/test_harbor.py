@@ -125,13 +125,17 @@ def test_every_bundled_task_oracle_one_nop_zero(examples: skyhub.TextEnv) -> Non
     "echo '{\"score\": 1}' > /logs/verifier/reward.json\n", # no 'reward' key
     "this-command-does-not-exist\n",
 ])
-def test_a_broken_test_script_is_an_infra_error(docker_ok: None, tmp_path: Path,
-                                                 test_sh: str) -> None:
+def test_a_test_script_that_leaves_no_usable_reward_is_a_flagged_failure(
+        docker_ok: None, tmp_path: Path, test_sh: str) -> None:
+    """The agent can make any test script fail to write its reward (delete what it needs,
+    fill the disk), so no usable reward is scored 0, flagged, never a masked infra error
+    (hub/env.py's infra-error rule; it was an infra error before issue 16)."""
     with skyhub.make("harbor", path=str(make_task(tmp_path, test_sh=test_sh))) as env:
         env.reset()
         _, reward, terminated, _, info = env.step("<done/>")
-    assert (reward, terminated, info["outcome"], info["infra_error"]) == (0.0, True, "error", True)
-    assert "reward" in info["error"]
+    assert (reward, terminated, info["outcome"], info["infra_error"]) == (
+        0.0, True, "failure", False)
+    assert info["sandbox_broken"] is True and "reward" in info["error"]
 
 
 @pytest.mark.docker
