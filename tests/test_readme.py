@@ -177,3 +177,13 @@ def test_tinker_section_runs(tmp_path: Path) -> None:
     assert "Tinker scripts -> train models." in r.stdout, r.stdout
     saved = re.search(r"saved (tinker://\S+/weights/sft-step-20)", r.stdout)
     assert saved is not None and (tmp_path / "state" / "checkpoints").is_dir()
+
+
+def test_dry_run_block_is_what_the_command_prints() -> None:
+    block = re.search(r"```text\n\$ (skyhub train [^\n]*--dry-run[^\n]*)\n(.*?)```", TEXT, re.S)
+    assert block is not None, "the README's Training section shows a --dry-run"
+    exe = Path(sys.executable).parent / "skyhub"
+    r = subprocess.run([str(exe), *block.group(1).split()[1:]], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "COLUMNS": "120"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == block.group(2)

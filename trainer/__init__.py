@@ -4,7 +4,11 @@
     chat.py         prompt and observation tokens from the model's chat template
     engines/        hf (transformers, KV cache) and vllm (AsyncLLM, live weight sync)
     algorithms.py   advantages, PPO losses, KL estimators (plain torch)
-    learner.py      the PPO/GRPO step: advantages, accumulation, checkpoints
+    learner.py      the PPO/GRPO step: advantages, accumulation, one rank or sharded
+    policy.py       float32 masters, bf16 compute, chunked logprobs, FSDP2 sharding
+    dist.py         the learner's ranks: launching them, rank 0 driving the others
+    checkpoint.py   checkpoints (transformers' format + sharded state) and exact resume
+    memory.py       placement and per-device memory from the config (`--dry-run`)
     packing.py      episodes of mixed lengths laid out in rows without padding waste
     loop.py         sync and async training, eval, logging (`train(cfg)`)
     config.py       dataclass configs from recipes/*.yaml plus key=value overrides

@@ -31,7 +31,9 @@ class ModelConfig:
     trained tokenizer: no download)."""
 
     name_or_path: str = "tiny"
-    dtype: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
+    # The compute precision ("auto": bf16 on a GPU, float32 on a CPU). The weights and the
+    # optimiser state are float32 whatever it says (bf16 masters round small updates away).
+    dtype: str = "auto"
     gradient_checkpointing: bool = False
     tiny_hidden: int = 128  # the "tiny" model's width and depth
     tiny_layers: int = 2
@@ -115,6 +117,23 @@ class LoopConfig:
 
 
 @dataclass
+class DistConfig:
+    """Where the learner runs. `learner_ranks` is the learner's world size: that many
+    processes, one per GPU (NCCL) on a GPU machine, gloo processes on a CPU, each holding a
+    1/N shard of the float32 weights, gradients and optimiser state (FSDP2); `skyhub train`
+    starts them itself. Rank 0 also runs the envs, the rollout engine and the logging. More
+    than one machine: the same command on each, with `nnodes`, this machine's `node_rank` and
+    node 0's `master_addr`/`master_port` (`learner_ranks` counts every node's ranks)."""
+
+    learner_ranks: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    timeout_s: int = 7200  # how long ranks wait in a collective (e.g. for rank 0's rollout)
+
+
+@dataclass
 class TrainConfig:
     recipe: str = ""
     notes: str = ""  # hardware and provenance, shown by --print-config
@@ -124,6 +143,7 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
 
 
 CHOICES = {"rollout.engine": ("hf", "vllm"),
@@ -131,7 +151,8 @@ CHOICES = {"rollout.engine": ("hf", "vllm"),
            "algo.advantage": ("grpo", "dr_grpo", "rloo", "reinforce++", "gae"),
            "algo.aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                 "seq-mean-token-sum-norm"),
-           "algo.kl_estimator": ("k1", "k2", "k3"), "loop.mode": ("sync", "async")}
+           "algo.kl_estimator": ("k1", "k2", "k3"), "loop.mode": ("sync", "async"),
+           "model.dtype": ("auto", "bfloat16", "float16", "float32")}
 
 
 # ------------------------------------------------------------------------------ loading
@@ -257,6 +278,16 @@ def _check_choices(cfg: TrainConfig) -> None:
     if cfg.loop.eval_tasks is not None and cfg.loop.eval_tasks < 0:
         raise UsageError(f"loop.eval_tasks must be >= 0 (0: no evaluation) or null (every "
                          f"task of the eval env), not {cfg.loop.eval_tasks}")
+    d = cfg.dist
+    if d.learner_ranks < 1 or d.nnodes < 1 or d.learner_ranks % d.nnodes:
+        raise UsageError(f"dist.learner_ranks ({d.learner_ranks}) must be a positive multiple "
+                         f"of dist.nnodes ({d.nnodes}): the same number of ranks on every node")
+    if not 0 <= d.node_rank < d.nnodes:
+        raise UsageError(f"dist.node_rank must be in 0..{d.nnodes - 1}, not {d.node_rank}")
+    if d.learner_ranks > 1 and cfg.algo.advantage == "gae":
+        raise UsageError("algo.advantage=gae (a critic) is not sharded yet: use "
+                         "dist.learner_ranks=1, or a critic-free estimator (grpo, rloo, "
+                         "dr_grpo, reinforce++)")
     if cfg.optim.train_batch_size % cfg.optim.mini_batch_size:
         raise UsageError(f"optim.train_batch_size ({cfg.optim.train_batch_size}) must be a "
                          f"multiple of optim.mini_batch_size ({cfg.optim.mini_batch_size})")
@@ -273,5 +304,5 @@ def to_yaml(cfg: TrainConfig) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False)
 
 
-__all__ = ["AlgoConfig", "EnvConfig", "LoopConfig", "ModelConfig", "OptimConfig",
+__all__ = ["AlgoConfig", "DistConfig", "EnvConfig", "LoopConfig", "ModelConfig", "OptimConfig",
            "RolloutConfig", "TrainConfig", "load_config", "recipes", "to_dict", "to_yaml"]

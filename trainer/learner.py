@@ -7,13 +7,23 @@ for each epoch and mini-batch a gradient-accumulated PPO step over *packed* micr
 Forward passes run over packed micro-batches (`packing.py`): episodes of very different
 lengths share rows, so almost no compute goes to padding. `pack=False` pads each micro-batch
 instead (the baseline of `benchmarks/trainer.py`).
+
+Precision and memory (`policy.py`): the weights, their gradients and AdamW's moments are
+float32; forward and backward run in `dtype` (bf16 on a GPU); logprobs come chunk by chunk of
+tokens from the hidden states, never as a whole sequence's full-vocabulary log-softmax.
+
+Sharded (`shard=True`, inside a process group: `dist.py` starts one): every rank holds a
+1/world shard of the weights, gradients and optimiser state (FSDP2) and calls `train_step`
+with the same whole batch; each mini-batch's episodes are split over the ranks by tokens,
+each rank runs the same number of micro-batches (a rank with fewer runs empty ones, since
+every forward is a collective), and the gradients reduced over the ranks are those of the
+whole mini-batch, so the step equals the single-rank one up to float rounding.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import random
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +31,11 @@ import torch
 from torch import Tensor
 
 from skyhub.trainer import algorithms as A
+from skyhub.trainer import dist as D
 from skyhub.trainer.config import AlgoConfig, OptimConfig
 from skyhub.trainer.packing import MicroBatch, plan_micro_batches
+from skyhub.trainer.policy import PolicyLogprobs, autocast, shard_policy
+from skyhub.trainer.policy import token_logprobs as token_logprobs  # its old home
 from skyhub.trainer.rollout import Episode
 
 ESTIMATORS = {"grpo": A.grpo_advantages, "dr_grpo": A.dr_grpo_advantages,
@@ -30,64 +43,106 @@ ESTIMATORS = {"grpo": A.grpo_advantages, "dr_grpo": A.dr_grpo_advantages,
               "reinforce++": lambda r, g: A.reinforce_pp_advantages(r, g)}
 
 
-def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0,
-                   chunk: int = 1024) -> Tensor:
-    """log softmax(logits / temperature)[target] per position, in chunks of positions so a
-    large vocabulary never materialises a full float32 [L, V] log-softmax at once."""
-    out = []
-    for s in range(0, logits.shape[-2], chunk):
-        lg = logits[..., s:s + chunk, :].float()
-        if temperature != 1.0:
-            lg = lg / temperature
-        tg = targets[..., s:s + chunk]
-        out.append(lg.gather(-1, tg.unsqueeze(-1)).squeeze(-1) - lg.logsumexp(-1))
-    return torch.cat(out, dim=-1)
-
-
 class Learner:
-    """Owns the policy (and optional reference model and critic) and its optimiser."""
+    """Owns the policy (and optional reference model and critic) and its optimiser.
+
+    `model`: a transformers causal LM; its weights become float32 masters (converted in
+    place if they are not). `dtype`: the compute precision (None: float32). `shard`: shard
+    over the default process group with FSDP2 (a collective: every rank constructs its
+    Learner; ranks other than 0 may pass a meta-device model, rank 0's weights are used).
+    `self.model` is the module holding the masters (sharded: its parameters are DTensors);
+    `full_state_dict()` gives them whole, named as in the checkpoint."""
 
     def __init__(self, model: Any, algo: AlgoConfig, optim: OptimConfig, *,
                  temperature: float = 1.0, pad_id: int = 0, norm_len: int | None = None,
-                 pack: bool = True) -> None:
-        self.model, self.algo, self.optim = model, algo, optim
+                 pack: bool = True, dtype: torch.dtype | None = None, shard: bool = False,
+                 logprob_chunk: int | None = None) -> None:
+        self.algo, self.optim = algo, optim
         self.temperature, self.pad_id, self.norm_len, self.pack = (temperature, pad_id,
                                                                    norm_len, pack)
-        self.device = next(model.parameters()).device
-        self.opt = torch.optim.AdamW(model.parameters(), lr=optim.lr,
+        self.dtype = dtype or torch.float32
+        self.sharded = shard
+        self.world, self.rank = D.world_and_rank() if shard else (1, 0)
+        if shard:
+            if algo.advantage == "gae":
+                from skyhub.errors import UsageError
+
+                raise UsageError("algo.advantage=gae (a critic) is not sharded yet: use "
+                                 "dist.learner_ranks=1, or a critic-free estimator (grpo, rloo, "
+                                 "dr_grpo, reinforce++)")
+            self.device = D.device()
+            self.policy = shard_policy(model, self.device, self.dtype, logprob_chunk)
+            self.model = self.policy.lm
+        else:
+            if any(p.dtype != torch.float32 for p in model.parameters()):
+                model.float()  # the masters: an update below bf16's resolution is not lost
+            self.device = next(model.parameters()).device
+            self.policy = PolicyLogprobs(model, logprob_chunk)
+            self.model = model
+        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=optim.lr,
                                      weight_decay=optim.weight_decay)
         self.steps = 0
-        self.ref = None
+        self.ref: PolicyLogprobs | None = None
         if algo.kl_coef > 0:
-            self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+            self.ref = (shard_policy(model, self.device, self.dtype, logprob_chunk) if shard
+                        else PolicyLogprobs(copy.deepcopy(model), logprob_chunk))
+            self.ref.eval().requires_grad_(False)
         self.critic: Critic | None = None
         if algo.advantage == "gae":
             self.critic = Critic(model).to(self.device)
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=optim.critic_lr)
 
     # ------------------------------------------------------------------ forward passes
+    def _forward(self, policy: PolicyLogprobs, mb: MicroBatch | None
+                 ) -> tuple[list[Tensor], list[Tensor]]:
+        """Per episode, the logprob of each token t >= 1 given tokens < t ([len - 1]) and the
+        policy's entropy there. `mb=None`: an empty pass (a rank with fewer micro-batches than
+        the others still joins every collective), returning one zero-weight row."""
+        if mb is None:
+            ids = torch.full((1, 2), self.pad_id, dtype=torch.long)
+            mb = MicroBatch([], ids, torch.arange(2).view(1, 2), None, [(0, 0, 2)])
+        ids = mb.input_ids.to(self.device)
+        # sharded, FSDP's mixed-precision policy casts; unsharded, autocast does
+        with autocast(self.device, self.dtype if not self.sharded else torch.float32):
+            lp, ent = policy(ids, mb.position_ids.to(self.device),
+                             None if mb.attention_mask is None else
+                             mb.attention_mask.to(self.device), ids.roll(-1, dims=-1),
+                             self.temperature)
+        return ([lp[r, s:s + n - 1] for r, s, n in mb.spans],
+                [ent[r, s:s + n - 1] for r, s, n in mb.spans])
+
     def _forward_logprobs(self, model: Any, mb: MicroBatch) -> list[Tensor]:
-        """Per episode, logprob of each token t >= 1 given tokens < t ([len - 1])."""
-        out = model(input_ids=mb.input_ids.to(self.device),
-                    position_ids=mb.position_ids.to(self.device),
-                    attention_mask=None if mb.attention_mask is None else
-                    mb.attention_mask.to(self.device), use_cache=False)
-        logits = out.logits
-        targets = mb.input_ids.to(self.device).roll(-1, dims=-1)
-        lp = token_logprobs(logits, targets, self.temperature)
-        return [lp[r, s:s + n - 1] for r, s, n in mb.spans]
+        return self._forward(model, mb)[0]
 
     @torch.no_grad()
     def logprobs(self, episodes: list[Episode], model: Any = None) -> list[Tensor]:
         """The learner's logprobs of every episode's tokens (aligned with token_ids[1:]), in the
-        order of `episodes`."""
-        model = self.model if model is None else model
-        was = model.training
-        model.eval()
-        by_episode = {id(e): lp.cpu() for mb in self._plan(episodes) for e, lp in
-                      zip(mb.episodes, self._forward_logprobs(model, mb), strict=True)}
-        model.train(was)
-        return [by_episode[id(e)] for e in episodes]  # packing reorders; callers zip
+        order of `episodes`. Sharded, each rank computes its share and all get every one."""
+        policy = self.policy if model is None else model
+        was = policy.training
+        policy.eval()
+        index = {id(e): i for i, e in enumerate(episodes)}
+        mine = self._mine(episodes)
+        plan = self._plan(mine)
+        n = D.all_max(len(plan)) if self.world > 1 else len(plan)
+        out: dict[int, Tensor] = {}
+        for i in range(n):
+            mb = plan[i] if i < len(plan) else None
+            lps = self._forward_logprobs(policy, mb)
+            if mb is not None:
+                out.update({index[id(e)]: lp.cpu() for e, lp in zip(mb.episodes, lps,
+                                                                   strict=True)})
+        policy.train(was)
+        if self.world > 1:
+            out = {k: v for part in D.all_gather(out) for k, v in part.items()}
+        return [out[i] for i in range(len(episodes))]  # packing reorders; callers zip
+
+    def _mine(self, episodes: list[Episode]) -> list[Episode]:
+        """This rank's share of `episodes` (all of them unsharded)."""
+        if self.world == 1:
+            return episodes
+        return [episodes[i] for i in D.split([len(e.token_ids) for e in episodes],
+                                             self.world)[self.rank]]
 
     def _plan(self, episodes: list[Episode]) -> list[MicroBatch]:
         return plan_micro_batches(episodes, self.optim.micro_batch_tokens, self.pack,
@@ -167,15 +222,16 @@ class Learner:
         """PPO's advantages: the episode's reward on its last agent token, minus any per-token
         KL penalty, through GAE with the critic's values; whitened over the batch."""
         assert self.critic is not None
-        with torch.no_grad():
+        with torch.no_grad(), autocast(self.device, self.dtype):
             for mb in self._plan(episodes):
                 for e, v in zip(mb.episodes, self.critic.values(mb, self.device), strict=True):
                     mask = torch.tensor(e.loss_mask[1:], dtype=torch.float)
                     rewards = -penalties[id(e)] if id(e) in penalties else torch.zeros_like(mask)
                     last = int(mask.nonzero().max()) if mask.any() else 0
                     rewards[last] += e.reward
-                    adv, ret = A.gae(rewards, v.cpu(), mask, self.algo.gamma, self.algo.lam)
-                    extra[id(e)].update(adv=adv, ret=ret, old_v=v.cpu())
+                    adv, ret = A.gae(rewards, v.float().cpu(), mask, self.algo.gamma,
+                                   self.algo.lam)
+                    extra[id(e)].update(adv=adv, ret=ret, old_v=v.float().cpu())
         advs = torch.cat([extra[id(e)]["adv"] for e in episodes])
         masks = torch.cat([torch.tensor(e.loss_mask[1:]) for e in episodes]).bool()
         mean, std = advs[masks].mean(), advs[masks].std().clamp(min=1e-6)
@@ -184,14 +240,23 @@ class Learner:
 
     def _update(self, episodes: list[Episode], extra: dict[int, dict[str, Tensor]]
                 ) -> dict[str, float]:
-        """One optimiser step on a mini-batch, accumulating over its micro-batches."""
-        self.model.train()
+        """One optimiser step on a mini-batch, accumulating over its micro-batches (sharded:
+        over this rank's share of them; the shares are of the whole mini-batch's totals, and
+        the ranks' gradients are summed)."""
+        self.policy.train()
         self.opt.zero_grad(set_to_none=True)
         total_tokens = sum(e.agent_tokens for e in episodes)
         total_seqs = len(episodes)
         sums: dict[str, float] = {}
-        for mb in self._plan(episodes):
-            lps = self._forward_logprobs(self.model, mb)
+        plan = self._plan(self._mine(episodes))
+        n = D.all_max(len(plan)) if self.world > 1 else len(plan)
+        for i in range(n):
+            if i >= len(plan):  # an empty pass: this rank's share has run out
+                lps, _ = self._forward(self.policy, None)
+                (lps[0].sum() * 0.0).backward()
+                continue
+            mb = plan[i]
+            lps, ents = self._forward(self.policy, mb)
             width = max(len(lp) for lp in lps)
 
             def pad(rows: list[Tensor], width: int = width) -> Tensor:
@@ -212,6 +277,7 @@ class Learner:
                 aggregation=self.algo.aggregation, norm_len=self.norm_len,
                 engine_logp=eng if self.algo.tis_cap is not None else None,
                 tis_cap=self.algo.tis_cap)
+            stats["entropy"] = A.masked_mean(pad(ents), mask)
             n_tok = int(mask.sum())
             share = (n_tok / max(total_tokens, 1) if self.algo.aggregation == "token-mean"
                      else len(mb.episodes) / total_seqs)
@@ -220,13 +286,21 @@ class Learner:
                 kl = A.masked_mean(A.kl_estimate(logp, ref, self.algo.kl_estimator), mask)
                 loss = loss + self.algo.kl_coef * kl
                 stats["kl"] = kl.detach()
-            (loss * share).backward()
+            # FSDP averages gradients over the ranks; the shares already weigh each rank's
+            # part of the whole mini-batch, so scale by the world size to get their sum.
+            (loss * (share * self.world)).backward()
             for k, v in {"loss": loss.detach(), **stats}.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * share
             if self.critic is not None:
                 self._critic_backward(mb, extra, pad, mask, share, sums)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+        if self.world > 1:  # each rank summed its share of the mini-batch
+            parts = D.all_gather(sums)
+            sums = {k: sum(p.get(k, 0.0) for p in parts) for k in
+                    dict.fromkeys(k for p in parts for k in p)}
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
                                                    self.optim.grad_clip)
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor: the norm over every rank's shard
+            grad_norm = grad_norm.full_tensor()
         for group in self.opt.param_groups:
             group["lr"] = self.lr()
         self.opt.step()
@@ -239,7 +313,8 @@ class Learner:
     def _critic_backward(self, mb: MicroBatch, extra: dict[int, dict[str, Tensor]],
                          pad: Any, mask: Tensor, share: float, sums: dict[str, float]) -> None:
         assert self.critic is not None
-        values = pad(self.critic.values(mb, self.device))
+        with autocast(self.device, self.dtype):
+            values = pad(self.critic.values(mb, self.device)).float()
         ret = pad([extra[id(e)]["ret"] for e in mb.episodes])
         old_v = pad([extra[id(e)]["old_v"] for e in mb.episodes])
         vloss, _ = A.value_loss(values, old_v, ret, mask, clip=0.2)
@@ -251,41 +326,32 @@ class Learner:
         w = self.optim.warmup_steps
         return self.optim.lr * (min(1.0, (self.steps + 1) / w) if w else 1.0)
 
-    # ------------------------------------------------------------------ checkpoints
-    def save(self, path: Path) -> None:
-        from transformers.utils import logging as hf_logging
+    # ------------------------------------------------------------------ weights, checkpoints
+    def full_state_dict(self) -> dict[str, Tensor]:
+        """The float32 masters, whole, under the transformers model's names. Sharded: a
+        collective; rank 0 gets them on the CPU, the other ranks an empty dict."""
+        if not self.sharded:
+            return self.model.state_dict()
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
 
-        path.mkdir(parents=True, exist_ok=True)
-        was_on = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # a shard bar would cut through the live table
-        try:
-            self.model.save_pretrained(path / "model")
-        finally:
-            if was_on:
-                hf_logging.enable_progress_bar()
-        state: dict[str, Any] = {"optimizer": self.opt.state_dict(), "steps": self.steps,
-                                 "torch_rng": torch.get_rng_state(),
-                                 "python_rng": random.getstate()}
-        if self.critic is not None:
-            state["critic"] = self.critic.state_dict()
-            state["critic_optimizer"] = self.critic_opt.state_dict()
-        torch.save(state, path / "learner.pt")
+        full = get_model_state_dict(self.policy, options=StateDictOptions(
+            full_state_dict=True, cpu_offload=True))
+        return {k.removeprefix("lm."): v for k, v in full.items()}
+
+    def save(self, path: Path) -> None:
+        """`path/model/` (transformers' format, float32) and the state to resume from exactly
+        (see `checkpoint.py`). Sharded: a collective."""
+        from skyhub.trainer.checkpoint import save_learner
+
+        save_learner(self, path)
 
     def load(self, path: Path) -> None:
-        from safetensors.torch import load_file
+        from skyhub.trainer.checkpoint import load_learner
 
-        weights = load_file(str(path / "model" / "model.safetensors"))
-        self.model.load_state_dict(weights, strict=False)
-        if getattr(self.model.config, "tie_word_embeddings", False):
-            self.model.tie_weights()
-        state = torch.load(path / "learner.pt", weights_only=False)
-        self.opt.load_state_dict(state["optimizer"])
-        self.steps = state["steps"]
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        if self.critic is not None and "critic" in state:
-            self.critic.load_state_dict(state["critic"])
-            self.critic_opt.load_state_dict(state["critic_optimizer"])
+        load_learner(self, path)
 
 
 class Critic(torch.nn.Module):

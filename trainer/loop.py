@@ -72,17 +72,17 @@ class TaskSampler:
 
 
 # ------------------------------------------------------------------------------ building
-def build_policy(cfg: TrainConfig, checkpoint: Path | None = None) -> tuple[Any, Any]:
+def build_policy(cfg: TrainConfig, checkpoint: Path | None = None,
+                 device: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer): "tiny" trains a tokenizer on the env's text and makes a random
-    model; anything else is loaded with transformers (a hub id or a local path)."""
+    model; anything else is loaded with transformers (a hub id or a local path). The weights
+    are float32 (the learner's masters, whatever `model.dtype` says: that is the compute
+    precision), on `device` (default: the GPU if there is one, else the CPU)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = Path(cfg.loop.out)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32,
-             "bfloat16": torch.bfloat16, "float16": torch.float16,
-             "float32": torch.float32}[cfg.model.dtype]
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if cfg.model.name_or_path == "tiny":
         from skyhub.trainer.tiny import env_corpus, tiny_model, train_tokenizer
 
@@ -98,7 +98,8 @@ def build_policy(cfg: TrainConfig, checkpoint: Path | None = None) -> tuple[Any,
     else:
         try:
             tokenizer = AutoTokenizer.from_pretrained(cfg.model.name_or_path)
-            model = AutoModelForCausalLM.from_pretrained(cfg.model.name_or_path, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(cfg.model.name_or_path,
+                                                         dtype=torch.float32)
         except OSError as e:
             from skyhub.errors import UsageError
 
@@ -107,7 +108,7 @@ def build_policy(cfg: TrainConfig, checkpoint: Path | None = None) -> tuple[Any,
                              "this machine can download, or model.name_or_path=tiny") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device=device, dtype=dtype)
+    model.to(device=device, dtype=torch.float32)
     if cfg.model.gradient_checkpointing:
         enable_checkpointing(model)
         model.config.use_cache = False
@@ -192,7 +193,42 @@ def episode_metrics(episodes: list[Any], step: int) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------ the loop
 def train(cfg: TrainConfig, *, live: bool | None = None) -> RunSummary:
-    """Train as `cfg` says; returns a summary (everything is also in `cfg.loop.out`)."""
+    """Train as `cfg` says; returns a summary (everything is also in `cfg.loop.out`). With
+    `dist.learner_ranks` > 1 this starts the ranks, waits for them and returns rank 0's
+    summary (None on a machine without rank 0)."""
+    from skyhub.trainer import dist as D
+
+    if cfg.dist.learner_ranks == 1 or D.active():
+        return _train_here(cfg, live)
+    d = cfg.dist
+    _check_gpus(d.learner_ranks // d.nnodes)
+    if d.nnodes == 1:  # what the user can fix fails here, before any rank starts
+        _env_facts(cfg.env.id, cfg.env.kwargs)
+        if cfg.rollout.engine == "vllm":
+            _check_vllm()
+    result = D.launch(D.rank_main, (cfg, live), ranks=d.learner_ranks, nnodes=d.nnodes,
+                      node_rank=d.node_rank, master_addr=d.master_addr,
+                      master_port=d.master_port)
+    if isinstance(result, BaseException):  # a UsageError on rank 0, raised here
+        raise result
+    return result
+
+
+def _check_gpus(per_node: int) -> None:
+    """One learner rank per GPU: a GPU machine needs as many as this node's ranks (a CPU
+    machine runs gloo processes instead, as many as asked)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() < per_node:
+        from skyhub.errors import UsageError
+
+        raise UsageError(f"dist.learner_ranks asks for {per_node} learner ranks on this machine "
+                         f"but it has {torch.cuda.device_count()} GPUs (one rank per GPU): set "
+                         f"dist.learner_ranks={torch.cuda.device_count()} (times dist.nnodes), "
+                         "and check the fit with --dry-run")
+
+
+def _train_here(cfg: TrainConfig, live: bool | None) -> RunSummary:
     import torch
 
     t_start = time.perf_counter()
@@ -208,12 +244,11 @@ def train(cfg: TrainConfig, *, live: bool | None = None) -> RunSummary:
 def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     import torch
 
-    import skyhub
+    from skyhub.trainer import dist as D
     from skyhub.trainer.chat import ChatFormat
-    from skyhub.trainer.engines import make_engine
     from skyhub.trainer.learner import Learner
-    from skyhub.trainer.rollout import Rollout, RolloutConfig
-    from skyhub.trainer.run_log import RunLog
+    from skyhub.trainer.policy import compute_dtype
+    from skyhub.trainer.rollout import RolloutConfig
 
     out = Path(cfg.loop.out)
     random.seed(cfg.loop.seed)
@@ -229,7 +264,12 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     r = cfg.rollout
     if r.engine == "vllm":
         _check_vllm()
-    model, tokenizer = build_policy(cfg, checkpoint)
+    # Sharded, `model` is rank 0's whole copy of the weights, for the rollout engine and
+    # evaluation; the learner's ranks hold the masters. vLLM keeps its own copy: the whole
+    # one then waits on the CPU.
+    sharded = D.active()
+    model, tokenizer = build_policy(cfg, checkpoint,
+                                    device="cpu" if sharded and r.engine == "vllm" else None)
     chat = ChatFormat(tokenizer)
     if r.chat_layout == "assistant-message":
         chat.check_inline()  # a tokenizer this layout cannot use fails before envs start
@@ -237,13 +277,40 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
                                 max_input_tokens=r.max_input_tokens, temperature=r.temperature,
                                 top_p=r.top_p, stop=tuple(r.stop) or env_stop,
                                 chat_layout=r.chat_layout)
-    learner = Learner(model, cfg.algo, cfg.optim, temperature=r.temperature,
-                      pad_id=tokenizer.pad_token_id, pack=cfg.optim.pack,
-                      norm_len=r.max_turns * r.max_tokens_per_turn)
+    learner_kwargs = {"temperature": r.temperature, "pad_id": tokenizer.pad_token_id,
+                      "pack": cfg.optim.pack, "norm_len": r.max_turns * r.max_tokens_per_turn,
+                      "dtype": compute_dtype(cfg.model.dtype, D.device())}
+    if sharded:
+        D.send((type(model), model.config, learner_kwargs))  # the other ranks build theirs
+        learner: Any = D.ShardedLearner(Learner(model, cfg.algo, cfg.optim, shard=True,
+                                                **learner_kwargs))
+    else:
+        learner = Learner(model, cfg.algo, cfg.optim, **learner_kwargs)
+    try:
+        return _run(cfg, live, t_start, learner, model, tokenizer, chat, rollout_cfg, task_ids,
+                    checkpoint)
+    finally:
+        if sharded:
+            D.stop_workers()
+
+
+def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, model: Any,
+         tokenizer: Any, chat: Any, rollout_cfg: Any, task_ids: list[str],
+         checkpoint: Path | None) -> RunSummary:
+    import skyhub
+    from skyhub.trainer import dist as D
+    from skyhub.trainer.engines import make_engine
+    from skyhub.trainer.rollout import Rollout
+    from skyhub.trainer.run_log import RunLog
+
+    out, r = Path(cfg.loop.out), cfg.rollout
+    sharded = learner.sharded
     sampler = TaskSampler(task_ids, cfg.loop.seed)
     first_step = 0
     if checkpoint is not None:
         learner.load(checkpoint)
+        if sharded:
+            model.load_state_dict(learner.full_state_dict())
         state = json.loads((checkpoint / "state.json").read_text())
         sampler.load(state["sampler"])
         first_step = state["step"]
@@ -251,8 +318,9 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     engine_kwargs = dict(r.engine_kwargs)
     if r.engine == "vllm":
         engine_kwargs.setdefault("max_model_len", r.max_input_tokens + r.max_tokens_per_turn)
-    engine = make_engine(r.engine, model, tokenizer, copy_weights=asynchronous,
-                         seed=cfg.loop.seed, **engine_kwargs)
+    with D.outside_the_group() if sharded else contextlib.nullcontext():
+        engine = make_engine(r.engine, model, tokenizer, copy_weights=asynchronous,
+                             seed=cfg.loop.seed, **engine_kwargs)
     engine.update_weights(model.state_dict(), first_step)
     total = cfg.loop.max_steps or math.ceil(cfg.loop.total_epochs * len(task_ids)
                                             / cfg.optim.train_batch_size)
@@ -272,10 +340,13 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
             for step, episodes, sampler_state, rollout_stats in batches:
                 t = time.perf_counter()
                 metrics = learner.train_step(episodes, r.samples_per_prompt)
+                if sharded:  # rank 0's whole copy, for the engine and evaluation
+                    model.load_state_dict(learner.full_state_dict())
                 train_s = time.perf_counter() - t
                 engine.update_weights(model.state_dict(), step + 1)
-                row = {"step": step + 1, **episode_metrics(episodes, step),
-                       **metrics, **rollout_stats, "train_s": train_s}
+                row = {"step": step + 1, "world_size": learner.world,
+                       **episode_metrics(episodes, step), **metrics, **rollout_stats,
+                       "train_s": train_s}
                 if evaluator.due(step + 1, total):
                     row.update(evaluator.run())
                 row["step_s"] = time.perf_counter() - row.pop("_t0", t)

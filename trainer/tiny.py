@@ -23,7 +23,10 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 320) -> Any:
+VOCAB_SIZE = 320  # the tokenizer's (at most: a small corpus may give fewer merges)
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> Any:
     """A BPE tokenizer (SentencePiece-style word boundaries) trained on `texts` in well under
     a second. Every printable ASCII character is in the alphabet, so any ASCII text encodes
     without unknown tokens; frequent words become single tokens."""

@@ -30,9 +30,11 @@ def serve_cmd(
     state_dir: Annotated[Path, typer.Option(
         help="Where checkpoints (save_state, save_weights_for_sampler) are kept; a restarted "
              "server serves the ones saved before.")] = Path("tinker-state"),
-    api_key: Annotated[str | None, typer.Option(
-        envvar="SKYHUB_TINKER_API_KEY", help="Clients must send this key (api_key= or "
-        "TINKER_API_KEY). Without one, any key is accepted: bind to loopback only.",
+    api_key: Annotated[list[str] | None, typer.Option(
+        help="Clients must send this key (api_key= or TINKER_API_KEY); repeat it for one key "
+             "per tenant (default: $SKYHUB_TINKER_API_KEY, comma separated). Each key sees "
+             "only its own sessions, models, samplers and checkpoints. Without a key, any "
+             "tml- key is accepted, each its own tenant: bind to loopback only.",
         show_default=False)] = None,
     threads: Annotated[int | None, typer.Option(
         help="CPU threads for torch (default: torch's choice).", show_default=False)] = None,
@@ -41,6 +43,16 @@ def serve_cmd(
     session_ttl: Annotated[float, typer.Option(
         help="Seconds without a heartbeat after which a client's session ends and its "
              "models are freed (the SDK sends one every 10 s).")] = 600,
+    max_body_mb: Annotated[float, typer.Option(
+        help="Largest request body, in MiB (also once decompressed); larger ones are "
+             "answered 413 before they are read.")] = 128,
+    max_models_per_session: Annotated[int, typer.Option(
+        help="Training clients one session may hold at once (the SDK frees a session's "
+             "clients only when the session ends).")] = 32,
+    memory_limit_mb: Annotated[float | None, typer.Option(
+        help="MiB all training clients' weights, gradients and optimizer state may take "
+             "together (estimated before each is made; default: what the device has "
+             "free).", show_default=False)] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve the Tinker API (training clients, sampling clients, checkpoints) on HOST:PORT.
@@ -59,4 +71,5 @@ def serve_cmd(
                f"(checkpoints in {state_dir})", err=True)
     serve(base_model, host=host, port=port, state_dir=state_dir, engine=engine,
           api_key=api_key, threads=threads, max_batch=max_batch, session_ttl_s=session_ttl,
-          log_level=log_level)
+          max_body_bytes=int(max_body_mb * 2**20), max_models_per_session=max_models_per_session,
+          memory_limit_mb=memory_limit_mb, log_level=log_level)

@@ -31,6 +31,13 @@ def train_cmd(
         "--resume", help="Continue from the newest checkpoint under --out.")] = False,
     list_recipes: Annotated[bool, typer.Option(
         "--list-recipes", help="List the bundled recipes and exit.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print where the learner ranks and the rollout engine go and each "
+                          "device's memory, estimated from the model's config (nothing "
+                          "loads); exit 2 if it does not fit.")] = False,
+    devices: Annotated[str | None, typer.Option(
+        help="With --dry-run: the devices of one node, COUNTxMEMORY (e.g. 8x80GB) or cpu "
+             "(default: this machine's).", show_default=False)] = None,
 ) -> None:
     """Train a policy with PPO/GRPO on a skyhub env, as a recipe says.
 
@@ -39,6 +46,10 @@ def train_cmd(
       skyhub train --recipe tiny-cpu                  # learns toy-recall on a CPU in minutes
 
       skyhub train --recipe sql-grpo-653 --print-config
+
+      skyhub train --recipe sql-grpo-653 --dry-run --devices 8x80GB
+
+      skyhub train --recipe tiny-cpu dist.learner_ranks=2   # a sharded learner on 2 ranks
 
       skyhub train --recipe tiny-cpu loop.mode=async optim.lr=1e-3 --out runs/try2
     """
@@ -61,6 +72,15 @@ def train_cmd(
     if print_config:
         typer.echo(to_yaml(cfg), nl=False)
         return
+    if devices is not None and not dry_run:
+        raise UsageError("--devices describes the devices for --dry-run; add --dry-run")
+    if dry_run:
+        from skyhub.trainer.memory import parse_devices, placement
+
+        plan = placement(cfg, parse_devices(devices))
+        typer.echo(plan.report())
+        plan.check()  # a UsageError (exit 2) that says what to change
+        return
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -69,9 +89,14 @@ def train_cmd(
                                 "them with: pip install 'skyhub[train]'") from None
     from skyhub.trainer.loop import train
 
+    ranks = cfg.dist.learner_ranks
     console.print(f"[bold]training[/bold] {cfg.env.id} with recipe {cfg.recipe} "
-                  f"({cfg.loop.mode}, engine {cfg.rollout.engine}) -> {cfg.loop.out}")
+                  f"({cfg.loop.mode}, engine {cfg.rollout.engine}"
+                  + (f", {ranks} learner ranks" if ranks > 1 else "") + f") -> {cfg.loop.out}")
     s = train(cfg)
+    if s is None:  # a node without rank 0: its ranks are done
+        console.print(f"node {cfg.dist.node_rank}: learner ranks finished")
+        return
     table = Table(title=f"{cfg.recipe}: {cfg.env.id}", title_justify="left")
     for col in ("steps", "reward (first step)", "reward (last 3)", "eval reward", "minutes"):
         table.add_column(col, justify="right")

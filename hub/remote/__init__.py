@@ -5,8 +5,9 @@ envs, one per WebSocket session; the client (`RemoteEnv`, websockets' sync clien
 `TextEnv`, so trainers, `VectorEnv` and `skyhub eval` use it unchanged.
 
 Protocol (version 1), JSON text messages over `ws://HOST:PORT/v1/envs/{env_id}/session`;
-the token, when the server has one, goes in `Authorization: Bearer TOKEN` or `?token=TOKEN`.
-Requests, one reply each, in order:
+the token, when the server has one, goes in the `Authorization: Bearer TOKEN` header (never
+in the URL: a `?token=` is refused, and scrubbed from the server's logs). Requests, one reply
+each, in order:
 
     {"op": "open", "kwargs": {...}}         -> {"ok": true, "session", "env_id", "protocol",
                                                 "system_prompt", "stop_strings", "num_tasks"}
@@ -22,11 +23,18 @@ Requests, one reply each, in order:
     {"op": "ping"}                          -> {"ok": true, "pong": true}
     {"op": "close"}                         -> {"ok": true}, then the server closes (1000)
 
-`open` comes first. A failure is `{"ok": false, "op", "error": {"type", "message"}}` and the
-session goes on: protocol errors (`BadMessage`, `UnknownOp`, `MessageTooBig`, `NotOpen`,
-`AlreadyOpen`, `KwargsNotAllowed`, `NotAllowed`) and the env's own exceptions (their class
-name). Close codes: 4401 missing/wrong token, 4404 env not served, 4408 idle past the TTL,
-4429 server full, 1009 frame over the transport limit. HTTP: `GET /health` (no token) and
+`open` comes first, within the server's `open_timeout_s` of connecting. Env kwargs in `open`
+are refused unless the operator allowed them by name (`--allow-kwargs`), and so is a
+client-defined task (`options.task`, unless `--allow-client-tasks`); `options` may hold
+`task_id` (and then `task`) only. A failure is `{"ok": false, "op", "error": {"type",
+"message"}}` and the session goes on: protocol errors (`BadMessage`, `UnknownOp`,
+`MessageTooBig`, `NotOpen`, `AlreadyOpen`, `KwargsNotAllowed`, `NotAllowed`), an unknown
+`task_id` (`KeyError`), and `EnvError` for anything the env raised: its message names an
+incident id and nothing else (the details, which may name the server's files, go to the
+server's log only). Close codes: 4401 missing/wrong token, 4404 env not served, 4408 no
+`open` in time, idle past the TTL or past the session's lifetime, 4429 server full, 4504 an
+env call ran past `op_timeout_s`, 1009 frame over the transport limit. HTTP: `GET /health`
+(no token) and, with the token like every other route (`/docs`, `/openapi.json`),
 `GET /v1/envs` (ids, descriptions, sessions in use, capacity).
 """
 

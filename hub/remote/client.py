@@ -13,8 +13,10 @@ truncated and info (infos travel as JSON: tuples arrive as lists, numpy scalars 
   every skyhub env (exceptions are for infrastructure), so a `VectorEnv` turns it into an
   `infra_error` result and recreates the env, and no trainer scores it as a reward 0. After
   a lost connection, the next `reset` reconnects (a new session, same kwargs).
-- Errors that are the caller's (an unknown `task_id`: `KeyError`; a bad kwarg: `TypeError`;
-  a refused kwarg or malformed request: `UsageError`) are raised as such.
+- Errors that are the caller's (an unknown `task_id`: `KeyError`; a kwarg or a client-defined
+  task the server refuses, a malformed request: `UsageError`) are raised as such. What the
+  env raised on the server arrives as `InfraError` naming an incident id only (the server's
+  log has the details: its text could tell a client about the server's files).
 - One call at a time per env (a lock guards the socket), as for any env.
 """
 
@@ -146,6 +148,9 @@ class RemoteEnv(TextEnv):
         except ConnectionClosed as e:  # refused at the door: token, capacity, unknown id
             self._ws = None
             raise self._refusal(e) from None
+        except BaseException:  # a refused open (kwargs, ...): do not hold the server's slot
+            self._drop()
+            raise
         self.session_id = reply["session"]
         self.system_prompt = reply.get("system_prompt")
         self.stop_strings = tuple(reply.get("stop_strings") or ())

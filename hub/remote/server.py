@@ -15,7 +15,23 @@ Guarantees a client may rely on:
   a frame beyond the transport limit (4x `max_message_bytes`) closes that session with code
   1009; the server itself stays up;
 - binding to a non-loopback address needs a token (`UsageError` otherwise); with a token, a
-  WebSocket without it is closed with 4401 and HTTP endpoints other than `/health` answer 401.
+  WebSocket without it is closed with 4401 and every HTTP route but `/health` (`/docs` and
+  `/openapi.json` included) answers 401. The token is read from the `Authorization` header
+  only; one sent in a URL (`?token=`) is refused and never reaches a log line.
+
+What a client cannot do (the operator decides; a hostile client is assumed):
+- choose env kwargs (`open`'s `kwargs`) other than those the operator allowed by name
+  (`allow_kwargs`; none by default), or define its own task (`options.task`, refused unless
+  `allow_client_tasks`): kwargs such as `tasks_file`, `data_dir`, `dsn` or a huge `n_tasks`
+  would let it read the server's files or exhaust its memory;
+- learn anything about the server's files from an error: whatever an env raises reaches the
+  client as `EnvError` with an incident id (the same words for every exception), the details
+  go to the server's log;
+- hold a slot without using it: a connection that has not opened an env within
+  `open_timeout_s` is closed (4408), as is a session idle for `idle_ttl_s` or older than
+  `max_session_s`; an env call running past `op_timeout_s` ends its session (4504). A
+  session's env runs in its own single thread, and its slot stays counted until that thread
+  is done, so stuck envs cannot pile up beyond `max_sessions`.
 """
 
 from __future__ import annotations
@@ -27,6 +43,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -35,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 # fastapi at module level: FastAPI resolves the endpoints' annotations in this module's
 # globals. `import skyhub` never imports this module; `skyhub serve` does.
-from fastapi import FastAPI, HTTPException, Request, WebSocket
+from fastapi import FastAPI, WebSocket
 
 from skyhub.errors import UsageError
 from skyhub.remote import wire
@@ -46,6 +63,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("skyhub.remote")
 
 TASK_PAGE_MAX = 1000  # tasks per `tasks` reply
+SEED_MAX = 2**64  # seeds are integers in [0, SEED_MAX)
+#: Query parameters that look like credentials: refused, and scrubbed before anything logs
+#: the request line (uvicorn's access log writes the path with its query string).
+_SECRET_PARAM = re.compile(rb"(^|&)((?:access_)?token|api_key|key)=[^&]*", re.IGNORECASE)
 
 
 def is_loopback(host: str) -> bool:
@@ -70,9 +91,11 @@ def check_bind(host: str, token: str | None) -> None:
 class _Hub:
     """The server's state: what it serves, its limits and the live sessions."""
 
-    def __init__(self, env_ids: Sequence[str], token: str | None, max_sessions: int,
-                 idle_ttl_s: float, max_message_bytes: int,
-                 allow_kwargs: bool | Collection[str], env_kwargs: dict[str, Any]) -> None:
+    def __init__(self, env_ids: Sequence[str], token: str | None, *, max_sessions: int,
+                 idle_ttl_s: float, open_timeout_s: float, op_timeout_s: float | None,
+                 max_session_s: float | None, max_message_bytes: int,
+                 allow_kwargs: bool | Collection[str], allow_client_tasks: bool,
+                 env_kwargs: dict[str, Any]) -> None:
         from skyhub.registry import spec
 
         if not env_ids:
@@ -80,39 +103,63 @@ class _Hub:
                              "`skyhub serve toy-lookup`")
         if max_sessions < 1:
             raise UsageError(f"max_sessions must be >= 1, got {max_sessions}")
+        for name, value in (("idle_ttl_s", idle_ttl_s), ("open_timeout_s", open_timeout_s),
+                            ("op_timeout_s", op_timeout_s), ("max_session_s", max_session_s)):
+            if value is not None and not value > 0:
+                raise UsageError(f"{name} must be > 0 seconds, got {value}")
+        if isinstance(allow_kwargs, str):
+            raise UsageError(f"allow_kwargs={allow_kwargs!r}: pass a collection of kwarg "
+                             "names, e.g. ('max_turns', 'split')")
         self.specs = {env_id: spec(env_id) for env_id in env_ids}  # EnvNotFound early
         self.token = token or None
         self.max_sessions, self.idle_ttl_s = max_sessions, idle_ttl_s
+        self.open_timeout_s, self.op_timeout_s = open_timeout_s, op_timeout_s
+        self.max_session_s = max_session_s
         self.max_message_bytes = max_message_bytes
-        self.allow_kwargs = allow_kwargs
+        self.allow_kwargs: bool | frozenset[str] = (
+            allow_kwargs if isinstance(allow_kwargs, bool) else frozenset(allow_kwargs))
+        self.allow_client_tasks = allow_client_tasks
         self.env_kwargs = dict(env_kwargs)
         self.sessions: dict[str, _Session] = {}
+        #: sessions that ended while their env thread was still busy (a stuck step): they
+        #: hold their slot until it is done
+        self.draining: dict[str, _Session] = {}
         self.started = time.time()
 
-    def authorized(self, headers: Any, query: Any) -> bool:
+    def in_use(self) -> int:
+        return len(self.sessions) + len(self.draining)
+
+    def authorized(self, headers: Any) -> bool:
+        """Whether the request carries the token, in its `Authorization` header (the only
+        place a token is read from: URLs end up in logs and browser histories)."""
         if self.token is None:
             return True
-        given = query.get("token") or ""
         auth = headers.get("authorization") or ""
-        if auth.lower().startswith("bearer "):
-            given = auth[7:].strip()
+        given = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     def check_kwargs(self, kwargs: dict[str, Any]) -> None:
         if self.allow_kwargs is True or not kwargs:
             return
-        allowed = set() if self.allow_kwargs is False else set(self.allow_kwargs)
+        allowed = frozenset() if self.allow_kwargs is False else self.allow_kwargs
         refused = sorted(set(kwargs) - allowed)
         if refused:
+            shown = [k[:40] for k in refused[:10]]
             raise _ProtocolError("KwargsNotAllowed", f"this server does not accept env kwargs "
-                                 f"{refused} (allowed: {sorted(allowed) or 'none'}); ask its "
-                                 "operator, or serve the env yourself")
+                                 f"{shown} (allowed: {sorted(allowed) or 'none'}); ask its "
+                                 "operator (`skyhub serve --allow-kwargs NAME,...`), or serve "
+                                 "the env yourself")
 
     def describe(self) -> dict[str, Any]:
         return {"envs": [{"id": s.id, "description": s.description, "tags": list(s.tags)}
                          for s in self.specs.values()],
-                "sessions": len(self.sessions), "capacity": self.max_sessions,
-                "idle_ttl_s": self.idle_ttl_s, "max_message_bytes": self.max_message_bytes,
+                "sessions": self.in_use(), "capacity": self.max_sessions,
+                "idle_ttl_s": self.idle_ttl_s, "open_timeout_s": self.open_timeout_s,
+                "op_timeout_s": self.op_timeout_s, "max_session_s": self.max_session_s,
+                "max_message_bytes": self.max_message_bytes,
+                "allowed_kwargs": (True if self.allow_kwargs is True
+                                   else sorted(self.allow_kwargs or ())),
+                "client_tasks": self.allow_client_tasks,
                 "protocol": wire.PROTOCOL_VERSION}
 
 
@@ -120,6 +167,10 @@ class _ProtocolError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class _OpTimeout(Exception):
+    """An env call ran past `op_timeout_s`: the session ends (its thread may still be busy)."""
 
 
 class _Session:
@@ -136,13 +187,20 @@ class _Session:
             "tasks": self._tasks, "close": self._close, "ping": self._ping}
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` in the session's thread; `_OpTimeout` past `op_timeout_s`
+        (the call itself cannot be stopped: it finishes in its thread, which is why the
+        session's slot stays taken until then)."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+            fut = loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
         except RuntimeError as e:
             if "after shutdown" not in str(e):
                 raise
             return fn(*args, **kwargs)  # the interpreter is exiting: no new threads
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.hub.op_timeout_s)
+        except TimeoutError:
+            raise _OpTimeout(getattr(fn, "__name__", "call")) from None
 
     async def handle(self, raw: str | bytes) -> tuple[dict[str, Any], bool]:
         """The reply to one message, and whether the session ends after it."""
@@ -170,10 +228,13 @@ class _Session:
             return {"ok": True, **reply}, op == "close"
         except _ProtocolError as e:
             return {"ok": False, "op": op, "error": {"type": e.kind, "message": str(e)}}, False
+        except _OpTimeout:
+            raise
         except Exception as e:  # the env's failure: reported, the session goes on
-            log.warning("session %s (%s): %s failed: %s: %s", self.id, self.env_id, op,
-                        type(e).__name__, e, exc_info=not isinstance(e, KeyError | ValueError))
-            return {"ok": False, "op": op, "error": wire.error_body(e)}, False
+            incident = uuid.uuid4().hex[:12]
+            log.warning("session %s (%s): %s failed (incident %s): %s: %s", self.id,
+                        self.env_id, op, incident, type(e).__name__, e, exc_info=True)
+            return {"ok": False, "op": op, "error": wire.env_error_body(op, incident)}, False
 
     # ------------------------------------------------------------------ ops
     async def _open(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -194,20 +255,70 @@ class _Session:
 
     async def _reset(self, req: dict[str, Any]) -> dict[str, Any]:
         seed, options = req.get("seed"), req.get("options")
-        if seed is not None and not isinstance(seed, int):
-            raise _ProtocolError("BadMessage", f"'seed' must be an integer or null, got {seed!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                 or not 0 <= seed < SEED_MAX):
+            raise _ProtocolError("BadMessage", "'seed' must be null or an integer in "
+                                 f"[0, 2**64), got {str(seed)[:40]}")
         if options is not None and not isinstance(options, dict):
             raise _ProtocolError("BadMessage", "'options' must be a JSON object or null")
-        if options and isinstance(options.get("task"), dict):
-            from skyhub.task import Task
-
-            options = {**options, "task": Task.from_dict(options["task"])}
         env = self.env
         assert env is not None
+        options = self._checked_options(options or {}) or None
+        if options and "task_id" in options:
+            await self.run(self._check_task_id, env, options["task_id"])
         obs, info = await self.run(env.reset, seed=seed, options=options)
         u = env.unwrapped
         return {"obs": obs, "info": info, "task": wire.task_summary(getattr(u, "task", None)),
                 "system_prompt": u.system_prompt}
+
+    def _checked_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The reset options a client may send: `task_id`, and `task` (a client-defined task,
+        e.g. a Harbor task that asks for network) only where the operator allows it."""
+        allowed = {"task_id", "task"} if self.hub.allow_client_tasks else {"task_id"}
+        if "task" in options and not self.hub.allow_client_tasks:
+            raise _ProtocolError("NotAllowed", "this server does not run client-defined tasks "
+                                 "(options.task); pick one of its tasks with options.task_id "
+                                 "(the operator can allow them: --allow-client-tasks)")
+        extra = sorted(set(options) - allowed)
+        if extra:
+            raise _ProtocolError("NotAllowed", f"reset options {[k[:40] for k in extra[:10]]} "
+                                 f"are not accepted here; allowed: {sorted(allowed)}")
+        out = dict(options)
+        if out.get("task_id") is not None and not isinstance(out["task_id"], str | int):
+            raise _ProtocolError("BadMessage", "options.task_id must be a string")
+        if out.get("task") is not None:
+            from skyhub.task import Task
+
+            if not isinstance(out["task"], dict) or not isinstance(out["task"].get("id"), str) \
+                    or not isinstance(out["task"].get("prompt"), str):
+                raise _ProtocolError("BadMessage", "options.task must be a task object "
+                                     '{"id": str, "prompt": str, "answer": ..., "meta": {...}}')
+            try:
+                out["task"] = Task.from_dict(out["task"])
+            except (TypeError, ValueError, KeyError):
+                raise _ProtocolError("BadMessage", "options.task is not a valid task object; "
+                                     'send {"id", "prompt", "answer", "meta"}') from None
+        return out
+
+    @staticmethod
+    def _check_task_id(env: TextEnv, task_id: Any) -> None:
+        """An unknown task id is the client's mistake: said here, in words of our own (the
+        env's error could say more than the client should know)."""
+        if task_id is None:
+            return
+        task_id = str(task_id)
+        tasks = env.unwrapped.tasks
+        get = getattr(tasks, "get", None)
+        if get is not None:
+            try:
+                get(task_id)
+                return
+            except KeyError:
+                pass
+        elif any(t.id == task_id for t in tasks):
+            return
+        raise _ProtocolError("KeyError", f"no task with id {task_id[:200]!r} in this server's "
+                             "env; list them with the 'tasks' op (RemoteEnv.tasks)")
 
     async def _step(self, req: dict[str, Any]) -> dict[str, Any]:
         action = req.get("action")
@@ -247,19 +358,23 @@ class _Session:
     async def _ping(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"pong": True}
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> concurrent.futures.Future | None:
         """Close the env in its own thread (queued after a step still running), without
-        blocking the event loop."""
+        blocking the event loop. Returns the future of that close (None when nothing is
+        left to do): the session's thread is busy until it is done."""
         env, self.env = self.env, None
-        if env is not None:
-            try:
-                self.executor.submit(_close_quietly, env, self.id)
-            except RuntimeError:  # the interpreter is exiting: close it here
-                _close_quietly(env, self.id)
+        done: concurrent.futures.Future | None = None
+        try:
+            done = self.executor.submit(_close_quietly, env, self.id)
+        except RuntimeError:  # the interpreter is exiting: close it here
+            _close_quietly(env, self.id)
         self.executor.shutdown(wait=False)
+        return done
 
 
-def _close_quietly(env: TextEnv, session: str) -> None:
+def _close_quietly(env: TextEnv | None, session: str) -> None:
+    if env is None:
+        return
     try:
         env.close()
     except Exception:
@@ -270,7 +385,11 @@ async def _serve_session(hub: _Hub, ws: WebSocket, env_id: str) -> None:
     from starlette.websockets import WebSocketDisconnect
 
     await ws.accept()
-    if not hub.authorized(ws.headers, ws.query_params):
+    if _SECRET_PARAM.search(ws.scope.get("query_string") or b""):
+        await ws.close(wire.CLOSE_UNAUTHORIZED, "send the token in the Authorization header, "
+                       "never in the URL (URLs are logged)")
+        return
+    if not hub.authorized(ws.headers):
         await ws.close(wire.CLOSE_UNAUTHORIZED, "missing or wrong token: pass token=... to "
                        "make_remote (or set SKYHUB_TOKEN)")
         return
@@ -278,25 +397,47 @@ async def _serve_session(hub: _Hub, ws: WebSocket, env_id: str) -> None:
         await ws.close(wire.CLOSE_NOT_FOUND, f"{env_id!r} is not served here; served: "
                        f"{', '.join(hub.specs)}"[:120])
         return
-    if len(hub.sessions) >= hub.max_sessions:
+    if hub.in_use() >= hub.max_sessions:
         await ws.close(wire.CLOSE_CAPACITY, f"server full: {hub.max_sessions} sessions in use; "
                        "retry later or raise --max-sessions")
         return
     session = _Session(hub, env_id)
     hub.sessions[session.id] = session
+    started = time.monotonic()
+    open_by = started + hub.open_timeout_s
+    end_by = None if hub.max_session_s is None else started + hub.max_session_s
     try:
         while True:
+            now = time.monotonic()
+            if session.env is None:  # not opened yet: the open timeout, not the idle TTL
+                wait, why = open_by - now, (f"no env opened within {hub.open_timeout_s:g} s "
+                                            "of connecting; send 'open' first")
+            else:
+                wait, why = hub.idle_ttl_s, (f"idle for {hub.idle_ttl_s:g} s; the env was "
+                                             "closed, open a new session")
+            if end_by is not None and end_by - now < wait:
+                wait, why = end_by - now, (f"sessions last at most {hub.max_session_s:g} s "
+                                           "here; the env was closed, open a new session")
             try:
-                msg = await asyncio.wait_for(ws.receive(), timeout=hub.idle_ttl_s)
+                if wait <= 0:
+                    raise TimeoutError
+                msg = await asyncio.wait_for(ws.receive(), timeout=wait)
             except TimeoutError:
-                log.info("session %s idle for %ss: closed", session.id, hub.idle_ttl_s)
-                await ws.close(wire.CLOSE_IDLE, f"idle for {hub.idle_ttl_s:g} s; the env was "
-                               "closed, open a new session")
+                log.info("session %s: %s", session.id, why)
+                await ws.close(wire.CLOSE_IDLE, why[:120])
                 return
             if msg["type"] == "websocket.disconnect":
                 return
             raw = msg.get("text")
-            reply, done = await session.handle(raw if raw is not None else msg.get("bytes", b""))
+            try:
+                reply, done = await session.handle(raw if raw is not None
+                                                   else msg.get("bytes", b""))
+            except _OpTimeout as e:
+                log.warning("session %s (%s): %s ran past %ss: session closed", session.id,
+                            env_id, e, hub.op_timeout_s)
+                await ws.close(wire.CLOSE_OP_TIMEOUT, f"the env's call ran past "
+                               f"{hub.op_timeout_s:g} s; the session was closed")
+                return
             await ws.send_text(wire.dumps(reply))
             if done:
                 await ws.close(1000)
@@ -306,37 +447,89 @@ async def _serve_session(hub: _Hub, ws: WebSocket, env_id: str) -> None:
         log.info("session %s ended: %s", session.id, type(e).__name__)
     finally:
         hub.sessions.pop(session.id, None)
-        session.shutdown()
+        closing = session.shutdown()
+        if closing is not None and not closing.done():
+            # the env's thread is still busy (a stuck call, then the close): the slot is
+            # held until it is free
+            hub.draining[session.id] = session
+            closing.add_done_callback(lambda _: hub.draining.pop(session.id, None))
+            if closing.done():  # done meanwhile: the callback may have run before the add
+                hub.draining.pop(session.id, None)
         log.info("session %s (%s) closed its env", session.id, env_id)
 
 
+class _Gate:
+    """ASGI middleware in front of every route: strips credentials from URLs before anything
+    can log them (the request line in uvicorn's access log), and answers 401 to an HTTP
+    request without the token (every route but `/health`: `/docs` and `/openapi.json` too).
+    WebSockets are checked by the session handler, which closes with 4401 and a reason."""
+
+    def __init__(self, app: Any, hub: _Hub) -> None:
+        self.app, self.hub = app, hub
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        query = scope.get("query_string") or b""
+        in_url = bool(_SECRET_PARAM.search(query))
+        if in_url:  # in place: uvicorn logs from this very dict
+            scope["query_string"] = _SECRET_PARAM.sub(rb"\1\2=REDACTED", query)
+        if scope["type"] == "http" and self.hub.token is not None \
+                and scope.get("path") != "/health":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                       for k, v in scope.get("headers") or ()}
+            if in_url or not self.hub.authorized(headers):
+                why = ("send the token in the Authorization header, never in the URL"
+                       if in_url else "missing or wrong token")
+                await _json_response(send, 401, {
+                    "detail": f"{why}: send 'Authorization: Bearer TOKEN'"})
+                return
+        await self.app(scope, receive, send)
+
+
+async def _json_response(send: Any, status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
+
+
 def create_app(env_ids: Sequence[str], *, token: str | None = None, max_sessions: int = 64,
-               idle_ttl_s: float = 600, max_message_bytes: int = 1_000_000,
-               allow_kwargs: bool | Collection[str] = True,
+               idle_ttl_s: float = 600, open_timeout_s: float = 10,
+               op_timeout_s: float | None = 300, max_session_s: float | None = None,
+               max_message_bytes: int = 1_000_000, allow_kwargs: bool | Collection[str] = (),
+               allow_client_tasks: bool = False,
                env_kwargs: dict[str, Any] | None = None) -> FastAPI:
     """The FastAPI app serving `env_ids` (registered ids; `EnvNotFound` if one is not).
 
-    `token`: required from clients when set. `allow_kwargs`: True honours the env kwargs a
-    client sends in `open`, False refuses any, a collection allows those names only.
-    `env_kwargs`: defaults for every env made here (a client's kwargs override them).
+    `token`: required from clients when set (header only). `allow_kwargs`: the env kwargs a
+    client may send in `open`, by name (none by default; True allows any, for clients you
+    trust with the server's files and memory). `allow_client_tasks`: run tasks a client
+    defines (`options.task`). `env_kwargs`: the operator's kwargs for every env made here (a
+    client may override the allowed ones). Limits, in seconds: `open_timeout_s` from
+    connecting to a successful `open`, `idle_ttl_s` between messages once open,
+    `max_session_s` for a whole session (None: no limit), `op_timeout_s` for one env call.
     Binding is `serve`'s business: the app itself makes no loopback check.
     """
-    hub = _Hub(env_ids, token, max_sessions, idle_ttl_s, max_message_bytes, allow_kwargs,
-               env_kwargs or {})
+    hub = _Hub(env_ids, token, max_sessions=max_sessions, idle_ttl_s=idle_ttl_s,
+               open_timeout_s=open_timeout_s, op_timeout_s=op_timeout_s,
+               max_session_s=max_session_s, max_message_bytes=max_message_bytes,
+               allow_kwargs=allow_kwargs, allow_client_tasks=allow_client_tasks,
+               env_kwargs=env_kwargs or {})
     app = FastAPI(title="skyhub env server", version=str(wire.PROTOCOL_VERSION))
     app.state.hub = hub
+    app.add_middleware(_Gate, hub=hub)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "sessions": len(hub.sessions), "capacity": hub.max_sessions,
+        return {"status": "ok", "sessions": hub.in_use(), "capacity": hub.max_sessions,
                 "protocol": wire.PROTOCOL_VERSION}
 
     @app.get("/v1/envs")
-    def envs(request: Request) -> dict[str, Any]:
-        if not hub.authorized(request.headers, request.query_params):
-            raise HTTPException(401, "missing or wrong token: send 'Authorization: Bearer "
-                                "TOKEN' or ?token=TOKEN")
-        return hub.describe()
+    def envs() -> dict[str, Any]:
+        return hub.describe()  # the gate let it through: the token was right
 
     @app.websocket("/v1/envs/{env_id}/session")
     async def session(ws: WebSocket, env_id: str) -> None:
@@ -357,20 +550,17 @@ def _uvicorn_config(app: Any, host: str, port: int, max_message_bytes: int,
 
 
 def serve(env_ids: Sequence[str], host: str = "127.0.0.1", port: int = 8000,
-          token: str | None = None, *, max_sessions: int = 64, idle_ttl_s: float = 600,
-          max_message_bytes: int = 1_000_000, allow_kwargs: bool | Collection[str] = True,
-          env_kwargs: dict[str, Any] | None = None, log_level: str = "info") -> None:
+          token: str | None = None, *, log_level: str = "info", **app_kwargs: Any) -> None:
     """Serve `env_ids` on `host:port` until interrupted (uvicorn). `token` defaults to
     `$SKYHUB_TOKEN`; a non-loopback `host` without one is a `UsageError`, raised before
-    anything is bound."""
+    anything is bound. `app_kwargs`: `create_app`'s limits and allow-lists."""
     import uvicorn
 
     token = token or os.environ.get("SKYHUB_TOKEN") or None
     check_bind(host, token)
-    app = create_app(env_ids, token=token, max_sessions=max_sessions, idle_ttl_s=idle_ttl_s,
-                     max_message_bytes=max_message_bytes, allow_kwargs=allow_kwargs,
-                     env_kwargs=env_kwargs)
-    uvicorn.Server(_uvicorn_config(app, host, port, max_message_bytes, log_level)).run()
+    app = create_app(env_ids, token=token, **app_kwargs)
+    max_bytes = app_kwargs.get("max_message_bytes", 1_000_000)
+    uvicorn.Server(_uvicorn_config(app, host, port, max_bytes, log_level)).run()
 
 
 class UvicornThread:

@@ -15,8 +15,9 @@ PROTOCOL_VERSION = 1
 #: Close codes the server uses (4000-4999 is the application range of RFC 6455).
 CLOSE_UNAUTHORIZED = 4401  # missing or wrong token
 CLOSE_NOT_FOUND = 4404  # the env id is not served here
-CLOSE_IDLE = 4408  # no message for idle_ttl_s
+CLOSE_IDLE = 4408  # no open within open_timeout_s, no message for idle_ttl_s, or past max_session_s
 CLOSE_CAPACITY = 4429  # max_sessions reached
+CLOSE_OP_TIMEOUT = 4504  # one env call ran past op_timeout_s
 CLOSE_TOO_BIG = 1009  # RFC 6455 "message too big"
 
 #: Attributes and methods a client may read or call with `{"op": "call", "name": ...}`.
@@ -55,10 +56,13 @@ def task_summary(task: Any) -> dict[str, Any] | None:
     return {"id": task.id, "prompt": task.prompt, "meta": task.meta}
 
 
-def error_body(e: BaseException) -> dict[str, Any]:
-    """The `error` member of a failed reply."""
-    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    return {"type": type(e).__name__, "message": message}
+def env_error_body(op: str | None, incident: str) -> dict[str, Any]:
+    """The `error` member of a reply to a request the env failed: the same words whatever
+    the env raised, so that a client learns nothing of the server's files from it (not even
+    whether a path exists)."""
+    return {"type": ENV_ERROR, "incident": incident,
+            "message": f"the env's {op or 'call'} failed on the server (incident {incident}; "
+                       "the server's log has the details)"}
 
 
 #: Error types the client re-raises as themselves: they are the caller's mistakes (a bad
@@ -70,6 +74,9 @@ _SKYHUB = ("EnvNotFound", "DataNotFound", "SandboxUnavailable", "InfraError", "A
 #: Protocol errors: the client sent something the server cannot use.
 PROTOCOL_ERRORS = frozenset({"BadMessage", "UnknownOp", "MessageTooBig", "NotOpen",
                              "AlreadyOpen", "KwargsNotAllowed", "NotAllowed"})
+#: What the env raised on the server: the reply names an incident id, never the exception's
+#: text (which may name the server's files); the server's log has the details.
+ENV_ERROR = "EnvError"
 
 
 def raise_error(error: dict[str, Any], where: str) -> None:
@@ -90,4 +97,6 @@ def raise_error(error: dict[str, Any], where: str) -> None:
         raise getattr(errors, kind)(text)
     if kind in PROTOCOL_ERRORS:
         raise errors.UsageError(f"{text} ({kind})")
+    if kind == ENV_ERROR:
+        raise errors.InfraError(text)
     raise errors.InfraError(f"{where}: the env raised {kind}: {message}")

@@ -309,7 +309,7 @@ def test_merged_weights_compute_what_the_adapter_computes(host: ModelHost) -> No
 
 
 def _plain_logprobs(model, tokens: list[int]) -> np.ndarray:
-    from skyhub.trainer.learner import token_logprobs
+    from skyhub.trainer.policy import token_logprobs
 
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([tokens[:-1]])).logits[0]

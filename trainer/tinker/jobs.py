@@ -8,7 +8,8 @@ another's optimizer step. Jobs of one client run in the order they arrived, whic
 order the SDK sends a training client's requests (it waits for each to be accepted before
 sending the next).
 
-All model work happens on the worker thread, so nothing else touches the model.
+All model work happens on the worker thread, so nothing else touches the model. A job
+records the principal (API key) that submitted it: only that principal may poll its result.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Job:
     batch_key: Any = None
     batch_run: Callable[[list[Job]], list[Outcome]] | None = None
     payload: Any = None
+    principal: str = ""  # who may read the outcome
     waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = field(
         default_factory=list)
 
@@ -68,9 +70,9 @@ class Jobs:
 
     def submit(self, owner: str, run: Callable[[], Outcome], *, batch_key: Any = None,
                batch_run: Callable[[list[Job]], list[Outcome]] | None = None,
-               payload: Any = None) -> str:
+               payload: Any = None, principal: str = "") -> str:
         job = Job(uuid.uuid4().hex, owner, run, batch_key=batch_key, batch_run=batch_run,
-                  payload=payload)
+                  payload=payload, principal=principal)
         with self._lock:
             self._jobs[job.request_id] = job
             queue = self._queues.setdefault(owner, deque())
@@ -80,9 +82,12 @@ class Jobs:
             self._lock.notify()
         return job.request_id
 
-    def known(self, request_id: str) -> bool:
+    def known(self, request_id: str, principal: str | None = None) -> bool:
+        """Whether `request_id` is a job this queue remembers (and, given `principal`, one
+        that principal submitted: to anyone else it is unknown)."""
         with self._lock:
-            return request_id in self._jobs
+            job = self._jobs.get(request_id)
+            return job is not None and (principal is None or job.principal == principal)
 
     async def wait(self, request_id: str, timeout: float) -> Outcome | None:
         """The job's outcome, waiting up to `timeout` s for it; None if still running."""

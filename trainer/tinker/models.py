@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from skyhub.trainer.learner import token_logprobs
+from skyhub.trainer.policy import token_logprobs
 from skyhub.trainer.tinker.errors import Unsupported
 from skyhub.trainer.tinker.losses import get_loss
 from skyhub.trainer.tinker.wire import WireDatum
@@ -95,6 +95,7 @@ class TrainingModel:
     params: dict[str, torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
     steps: int = 0
+    memory_bytes: int = 0  # the estimate its creation was checked against
 
 
 class ModelHost:
@@ -132,6 +133,9 @@ class ModelHost:
         self._vllm: Any = None  # the VLLMEngine, made on the first sample
         self._vllm_loaded: Any = None  # whose weights it holds
         self._counter = 0
+        #: bytes all training clients' trainable state may take together (None: only what
+        #: the device has free limits them)
+        self.memory_limit: int | None = None
 
     # ------------------------------------------------------------------ creation
     def check_base(self, base_model: str | None) -> None:
@@ -140,9 +144,67 @@ class ModelHost:
                               f"serves {self.name!r}; start another with "
                               f"`skyhub tinker serve --base-model {base_model}`")
 
+    def memory_needed(self, lora: LoraSpec | None) -> int:
+        """Bytes a new training client's trainable state takes: its float32 weights (for full
+        fine-tuning, a copy of the whole base), their gradients and Adam's two moments, 16
+        bytes per trainable parameter. Activations are not counted: they come and go."""
+        if lora is None:
+            n = sum(p.numel() for name, p in self.base.named_parameters() if "lora_" not in name)
+        else:
+            n = sum(lora.rank * (int(m.in_features) + int(m.out_features))
+                    for name, m in self.base.named_modules()
+                    if name.rsplit(".", 1)[-1] in lora.targets and hasattr(m, "in_features"))
+        return 16 * n
+
+    def memory_available(self) -> int | None:
+        """Bytes free for new weights on this host's device: CUDA's free memory, or the
+        smaller of the machine's available memory and the cgroup's headroom; None if unknown."""
+        if self.device.startswith("cuda"):
+            free, _ = torch.cuda.mem_get_info(torch.device(self.device))
+            return int(free)
+        found: list[int] = []
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        found.append(int(line.split()[1]) * 1024)
+        except OSError:
+            pass
+        try:
+            limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+            if limit != "max":
+                used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+                found.append(int(limit) - used)
+        except (OSError, ValueError):
+            pass
+        return min(found) if found else None
+
+    def check_memory(self, lora: LoraSpec | None) -> int:
+        """The estimate for a new client, after checking that it fits: `Unsupported` (before
+        anything is allocated) when it would take the clients past `memory_limit`, or past
+        what the device has free (with a quarter to spare for activations)."""
+        needed = self.memory_needed(lora)
+        kind = f"LoRA rank {lora.rank}" if lora else "full fine-tuning"
+        mb = needed / 2**20
+        if self.memory_limit is not None:
+            used = sum(m.memory_bytes for m in self.models.values())
+            if used + needed > self.memory_limit:
+                raise Unsupported(
+                    f"no room for a {kind} training client (~{mb:.0f} MiB of weights, "
+                    f"gradients and optimizer state): the clients here hold "
+                    f"~{used / 2**20:.0f} of the server's {self.memory_limit / 2**20:.0f} MiB "
+                    "(--memory-limit-mb); use LoRA or a smaller rank, or end other sessions")
+        free = self.memory_available()
+        if free is not None and needed * 1.25 > free:
+            raise Unsupported(f"not enough memory for a {kind} training client: it needs "
+                              f"~{mb:.0f} MiB and {free / 2**20:.0f} MiB are free on "
+                              f"{self.device}; use LoRA or a smaller rank, or end other sessions")
+        return needed
+
     def create(self, model_id: str, lora: LoraSpec | None) -> TrainingModel:
         if model_id in self.models:
             return self.models[model_id]
+        needed = self.check_memory(lora)
         self._counter += 1
         try:
             if lora is None:  # full fine-tuning: a float32 copy of its own, and Adam's state
@@ -162,7 +224,8 @@ class ModelHost:
                               "other sessions") from None
         optimizer = torch.optim.AdamW(params.values(), lr=1e-4, betas=(0.9, 0.95), eps=1e-12,
                                       weight_decay=0.0)
-        model = TrainingModel(model_id, lora, module, adapter, params, optimizer)
+        model = TrainingModel(model_id, lora, module, adapter, params, optimizer,
+                              memory_bytes=needed)
         self.models[model_id] = model
         return model
 
@@ -290,13 +353,17 @@ class ModelHost:
     def snapshot(self, model: TrainingModel) -> Snapshot:
         return Snapshot(model.lora, self.trainable_state(model))
 
-    def save(self, model: TrainingModel, directory: Path, *, optimizer: bool) -> None:
+    def save(self, model: TrainingModel, directory: Path, *, optimizer: bool,
+             owner: str | None = None) -> None:
+        """Write a checkpoint; `owner` (a principal, never a key) is recorded so that only
+        the one who saved it may load, list or overwrite it, also after a restart."""
         directory.mkdir(parents=True, exist_ok=True)
         torch.save(self.trainable_state(model), directory / "weights.pt")
         if optimizer:
             torch.save(model.optimizer.state_dict(), directory / "optimizer.pt")
         lora = model.lora
         meta = {"base_model": self.name, "model_id": model.model_id, "steps": model.steps,
+                "owner": owner,
                 "lora": None if lora is None else {"rank": lora.rank,
                                                    "targets": list(lora.targets)}}
         (directory / "meta.json").write_text(json.dumps(meta, indent=1))

@@ -16,17 +16,37 @@ this machine's CPU or GPU. The routes follow the SDK's resources (`tinker/resour
 State on disk (`--state-dir`): `checkpoints/<run>/{weights,sampler_weights}/<name>/`, so a
 `tinker://` path saved before a restart loads after it. Training clients themselves live in
 memory; after a restart, `create_training_client_from_state(path)` resumes one.
+
+Against a hostile client (one that knows other clients' ids, or sends huge bodies):
+- a request body over `max_body_bytes` (`--max-body-mb`) is answered 413 before it is read
+  (by its Content-Length; a chunked body is counted as it arrives), and a zstd body or a
+  sparse tensor may not expand past the same limit;
+- everything is owned by the principal that made it: the API key the request came with
+  (only a digest of it is kept, and written in checkpoints). Sessions, training clients,
+  samplers, request ids and checkpoints of another principal are answered as if they did
+  not exist. With `--api-key` (one or more), only those keys are accepted; without, any
+  `tml-` key is, and each key is its own principal (so two scripts with different keys
+  cannot touch each other's models, even knowing their ids). The SDK sends no session id
+  with training requests, so clients sharing a key share their models' access;
+- a session may hold `max_models_per_session` training clients, and a new one is created
+  only if its weights, gradients and Adam state (estimated) fit the memory free on the
+  device and under `memory_limit_mb`, so that a create fails cleanly instead of the server
+  running out of memory.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
+import json
 import logging
 import os
 import re
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -36,20 +56,35 @@ from fastapi import Request  # module level: FastAPI resolves route annotations 
 from skyhub.remote.server import UvicornThread, is_loopback
 from skyhub.trainer.tinker.errors import Unsupported
 from skyhub.trainer.tinker.jobs import Jobs, Outcome
+from skyhub.trainer.tinker.wire import MAX_BODY
 
 log = logging.getLogger("skyhub.tinker")
 POLL_S = 20.0  # a retrieve_future waits this long before answering "ask again" (SDK: 45 s)
 EPHEMERAL_PER_MODEL = 32  # unnamed sampler snapshots kept per training client
+MAX_MODELS_PER_SESSION = 32  # training clients stay until their session ends (the SDK frees none)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def principal_of(api_key: str | None) -> str:
+    """Who a request comes from: a digest of its API key (the key itself is never kept)."""
+    return "p-" + hashlib.sha256((api_key or "").encode()).hexdigest()[:32]
+
+
+def _keys(api_key: str | Sequence[str] | None) -> tuple[str, ...]:
+    if not api_key:
+        return ()
+    return (api_key,) if isinstance(api_key, str) else tuple(k for k in api_key if k)
 
 
 class TinkerService:
     """The server's state: the model host, the job queue, sessions and samplers."""
 
     def __init__(self, base_model: str, state_dir: str | Path, *, engine: str = "hf",
-                 device: str | None = None, api_key: str | None = None,
+                 device: str | None = None, api_key: str | Sequence[str] | None = None,
                  threads: int | None = None, max_batch: int = 64,
-                 session_ttl_s: float = 600.0) -> None:
+                 session_ttl_s: float = 600.0, max_body_bytes: int = MAX_BODY,
+                 max_models_per_session: int = MAX_MODELS_PER_SESSION,
+                 memory_limit_mb: float | None = None) -> None:
         from skyhub.trainer.tinker.models import ModelHost, tiny_base_model
 
         if threads:  # CPU: small models run faster on fewer threads when the machine is busy
@@ -76,12 +111,19 @@ class TinkerService:
                                   device=device, engine=engine)
         else:
             self.host = ModelHost(base_model, device=device, engine=engine)
-        self.api_key = api_key
+        self.api_keys = _keys(api_key)
+        self.max_body_bytes = int(max_body_bytes)
+        self.max_models_per_session = max_models_per_session
+        if memory_limit_mb is not None:
+            self.host.memory_limit = int(memory_limit_mb * 2**20)
         self.jobs = Jobs(max_batch=max_batch)
         self.sessions: dict[str, set[str]] = {}  # session id -> its model ids
+        self.session_owner: dict[str, str] = {}  # session id -> the principal that made it
+        self.model_owner: dict[str, str] = {}  # model id -> principal
         self.last_seen: dict[str, float] = {}  # session id -> time of its last request
         self.session_ttl_s = session_ttl_s
-        self.samplers: dict[str, tuple[Any, str | None]] = {}  # id -> (source, model_path)
+        #: sampler id -> (source, model_path, principal)
+        self.samplers: dict[str, tuple[Any, str | None, str]] = {}
         self.ephemeral: dict[str, list[str]] = {}  # model id -> its unnamed sampler ids
         self._joins = itertools.count(1)
         self._lock = threading.Lock()
@@ -92,44 +134,83 @@ class TinkerService:
         self.jobs.join(timeout=60)
         self.host.close()
 
+    # ------------------------------------------------------------------ who
+    def principal(self, headers: Any) -> str:
+        """The principal of a request whose key `check_key` accepted."""
+        return principal_of(headers.get("x-api-key"))
+
+    def key_accepted(self, key: str | None) -> bool:
+        if not self.api_keys:
+            return True
+        given = (key or "").encode()
+        return any(hmac.compare_digest(given, k.encode()) for k in self.api_keys)
+
+    def own_session(self, session_id: str | None, who: str) -> bool:
+        with self._lock:
+            return session_id is not None and self.session_owner.get(session_id) == who
+
+    def own_model(self, model_id: str | None, who: str) -> None:
+        """`Unsupported` unless `who` made `model_id`: another principal's model is answered
+        like one that does not exist, in the same words."""
+        with self._lock:
+            mine = model_id is not None and self.model_owner.get(model_id) == who
+        if not mine:
+            raise Unsupported(_unknown_model(model_id))
+
     # ------------------------------------------------------------------ paths
-    def checkpoint_dir(self, path: str) -> Path:
-        """The directory of a `tinker://<run>/<kind>/<name>` checkpoint path."""
+    def checkpoint_dir(self, path: str, who: str) -> Path:
+        """The directory of a `tinker://<run>/<kind>/<name>` checkpoint path that `who`
+        saved; another principal's is answered like one that does not exist."""
         m = re.fullmatch(r"tinker://([^/]+)/(weights|sampler_weights)/([^/]+)", path or "")
         if not m:
-            raise Unsupported(f"{path!r} is not a checkpoint path of this server; expected "
-                              "tinker://<model_id>/weights/<name> (from save_state) or "
-                              "tinker://<model_id>/sampler_weights/<name>")
+            raise Unsupported(f"{str(path)[:300]!r} is not a checkpoint path of this server; "
+                              "expected tinker://<model_id>/weights/<name> (from save_state) "
+                              "or tinker://<model_id>/sampler_weights/<name>")
         run, kind, name = m.groups()
         directory = self.state_dir / "checkpoints" / quote(run, safe="") / kind / name
         if not _NAME.match(name) or run.startswith(".") \
-                or not (directory / "meta.json").is_file():
-            raise Unsupported(f"no checkpoint {path!r} on this server (state dir "
-                              f"{self.state_dir}); use a path that save_state or "
-                              "save_weights_for_sampler returned")
+                or not (directory / "meta.json").is_file() \
+                or not self._may_read(directory, who):
+            raise Unsupported(f"no checkpoint {path[:300]!r} on this server; use a path that "
+                              "save_state or save_weights_for_sampler returned to you")
         return directory
 
-    def new_checkpoint(self, model_id: str, kind: str, name: str | None,
+    def _may_read(self, directory: Path, who: str) -> bool:
+        """Whether `who` owns the checkpoint in `directory`. One saved before owners were
+        recorded (no `owner` in its meta) is anyone's: the state dir was single-user then."""
+        from skyhub.trainer.tinker.models import ModelHost
+
+        try:
+            owner = ModelHost.read_meta(directory).get("owner")
+        except (OSError, ValueError, AttributeError):
+            return False
+        return owner is None or owner == who
+
+    def new_checkpoint(self, model_id: str, kind: str, name: str | None, who: str,
                        overwrite: bool = True) -> tuple[Path, str]:
         name = name or f"{kind}-{uuid.uuid4().hex[:8]}"
         if not _NAME.match(name):
-            raise Unsupported(f"checkpoint name {name!r}: use letters, digits, '.', '_' and "
-                              "'-' only (at most 128)")
+            raise Unsupported(f"checkpoint name {name[:200]!r}: use letters, digits, '.', '_' "
+                              "and '-' only (at most 128)")
         directory = self.state_dir / "checkpoints" / quote(model_id, safe="") / kind / name
-        if directory.exists() and not overwrite:
+        if directory.exists() and (not overwrite or not self._may_read(directory, who)):
             raise Unsupported(f"checkpoint {name!r} exists; pass overwrite=True or a new name")
         return directory, f"tinker://{model_id}/{kind}/{name}"
 
-    def list_checkpoints(self, model_id: str) -> dict[str, Any]:
+    def list_checkpoints(self, model_id: str, who: str) -> dict[str, Any]:
         """`RestClient.list_checkpoints`: what save_state and save_weights_for_sampler wrote
-        for one training run, newest first (also after a restart)."""
+        for one training run, newest first (also after a restart); `who`'s only."""
         import datetime as dt
 
         run = self.state_dir / "checkpoints" / quote(model_id, safe="")
-        found = []
+        found: list[dict[str, Any]] = []
+        if model_id.startswith("."):
+            return {"checkpoints": found, "cursor": None}
         for kind, label in (("weights", "training"), ("sampler_weights", "sampler")):
             for meta in (run / kind).glob("*/meta.json"):
                 d = meta.parent
+                if not self._may_read(d, who):
+                    continue
                 found.append({
                     "checkpoint_id": f"{kind}/{d.name}", "checkpoint_type": label,
                     "tinker_path": f"tinker://{model_id}/{kind}/{d.name}",
@@ -139,16 +220,46 @@ class TinkerService:
         return {"checkpoints": found, "cursor": None}
 
     # ------------------------------------------------------------------ jobs
-    def submit(self, owner: str, run: Any, **extra: Any) -> dict[str, Any]:
-        return {"request_id": self.jobs.submit(owner, run), **extra}
+    def submit(self, owner: str, run: Any, who: str, **extra: Any) -> dict[str, Any]:
+        return {"request_id": self.jobs.submit(owner, run, principal=who), **extra}
 
     def owner_of(self, model_id: str) -> str:
         return model_id.split(":train:")[0]
 
-    def create_model(self, req: Any) -> dict[str, Any]:
+    def _claim(self, session_id: str, model_id: str, who: str) -> str | None:
+        """Reserve `model_id` for a new training client of `who`'s session: None, or why
+        not (not `who`'s session; the session's cap on training clients reached)."""
+        with self._lock:
+            if self.session_owner.get(session_id) != who:
+                return (f"unknown session {session_id[:100]!r} (it ended, or the server "
+                        "restarted): make a new ServiceClient")
+            claimed = self.sessions.setdefault(session_id, set())
+            if model_id not in claimed and len(claimed) >= self.max_models_per_session:
+                return (f"this session has {len(claimed)} training clients, the most this "
+                        f"server allows (--max-models-per-session "
+                        f"{self.max_models_per_session}); end the session (or use another) "
+                        "to free them")
+            if self.model_owner.get(model_id, who) != who:  # cannot happen: ids embed sessions
+                return _unknown_model(model_id)
+            claimed.add(model_id)
+            self.model_owner[model_id] = who
+            return None
+
+    def _unclaim(self, session_id: str, model_id: str) -> None:
+        """A training client that failed to be made gives its reservation back."""
+        if model_id in self.host.models:
+            return
+        with self._lock:
+            self.sessions.get(session_id, set()).discard(model_id)
+            self.model_owner.pop(model_id, None)
+
+    def create_model(self, req: Any, who: str) -> dict[str, Any]:
         from skyhub.trainer.tinker.models import ATTN, MLP, UNEMBED, LoraSpec
 
         model_id = f"{req.session_id}:train:{req.model_seq_id}"
+        why = self._claim(req.session_id, model_id, who)
+        if why is not None:
+            return self.fail(who, why, who, model_id=model_id)
         lora = None
         if req.lora_config is not None:
             c = req.lora_config
@@ -158,20 +269,18 @@ class TinkerService:
         optimizer = getattr(req.optimizer_config, "type", "adamw")
 
         def run() -> Outcome:
-            self.host.check_base(req.base_model)
-            if optimizer != "adamw":
-                raise Unsupported(f"optimizer {optimizer!r}: this server trains with adamw")
-            if lora is not None and lora.rank < 1:
-                raise Unsupported(f"LoRA rank {lora.rank}: use a rank of 1 or more")
-            self.host.create(model_id, lora)
-            self._remember(req.session_id, model_id)
+            try:
+                self.host.check_base(req.base_model)
+                if optimizer != "adamw":
+                    raise Unsupported(f"optimizer {optimizer!r}: this server trains with adamw")
+                if lora is not None and lora.rank < 1:
+                    raise Unsupported(f"LoRA rank {lora.rank}: use a rank of 1 or more")
+                self.host.create(model_id, lora)
+            finally:
+                self._unclaim(req.session_id, model_id)
             return Outcome(json={"model_id": model_id, "type": "create_model"})
 
-        return self.submit(req.session_id, run, model_id=model_id)
-
-    def _remember(self, session_id: str, model_id: str) -> None:
-        with self._lock:
-            self.sessions.setdefault(session_id, set()).add(model_id)
+        return self.submit(req.session_id, run, who, model_id=model_id)
 
     def touch(self, session_id: str) -> None:
         """A session is alive (it sent a heartbeat or a request); sessions silent for longer
@@ -185,8 +294,23 @@ class TinkerService:
         for s in stale:
             self.finish_session(s)
 
-    def info(self, req: Any) -> dict[str, Any]:
+    def new_session(self, who: str) -> str:
+        session_id = f"s{uuid.uuid4().hex[:16]}"
+        with self._lock:
+            self.session_owner[session_id] = who
+        self.touch(session_id)
+        return session_id
+
+    def heartbeat(self, session_id: str, who: str) -> bool:
+        """Keep `who`'s session alive; False if it is not (ended, expired, or another's)."""
+        if not self.own_session(session_id, who):
+            return False
+        self.touch(session_id)
+        return True
+
+    def info(self, req: Any, who: str) -> dict[str, Any]:
         model_id = req.model_id
+        self.own_model(model_id, who)
         model = self.host.get(model_id)
         lora = model.lora
         return {"type": "get_info", "model_id": model_id, "model_name": self.host.name,
@@ -195,12 +319,25 @@ class TinkerService:
                                "model_name": self.host.name,
                                "tokenizer_id": self.host.tokenizer_id}}
 
-    def forward_backward(self, call: Any) -> dict[str, Any]:
+    def _refuse_foreign(self, target: str | None, who: str, **extra: Any
+                        ) -> dict[str, Any] | None:
+        """A failed future for a request on a model that is not `who`'s (the same failure
+        as for a model that does not exist), or None when it is."""
+        try:
+            self.own_model(target, who)
+        except Unsupported as e:
+            return self.fail(who, str(e), who, **extra)
+        return None
+
+    def forward_backward(self, call: Any, who: str) -> dict[str, Any]:
         from skyhub.trainer.tinker.wire import encode_forward_backward
 
+        refused = self._refuse_foreign(call.model_id, who, model_id=call.model_id)
+        if refused is not None:
+            return refused
         owner = self.owner_of(call.model_id)
         if call.problem:
-            return self.fail(owner, call.problem, model_id=call.model_id)
+            return self.fail(owner, call.problem, who, model_id=call.model_id)
 
         def run() -> Outcome:
             if not call.data:
@@ -210,9 +347,12 @@ class TinkerService:
                 model, call.data, call.loss_fn, call.config, backward=not call.forward_only)
             return Outcome(proto=encode_forward_backward(outputs, metrics))
 
-        return self.submit(owner, run, model_id=call.model_id)
+        return self.submit(owner, run, who, model_id=call.model_id)
 
-    def optim_step(self, req: Any) -> dict[str, Any]:
+    def optim_step(self, req: Any, who: str) -> dict[str, Any]:
+        refused = self._refuse_foreign(req.model_id, who, model_id=req.model_id)
+        if refused is not None:
+            return refused
         p = req.optim_params
         if getattr(p, "type", None) not in (None, "adam", "adamw") or not hasattr(p, "beta1"):
             name = getattr(p, "type", type(p).__name__)
@@ -227,68 +367,86 @@ class TinkerService:
                                                p.eps, p.weight_decay, p.grad_clip_norm)
                 return Outcome(json={"metrics": metrics})
 
-        return self.submit(self.owner_of(req.model_id), run, model_id=req.model_id)
+        return self.submit(self.owner_of(req.model_id), run, who, model_id=req.model_id)
 
-    def save_weights(self, req: Any) -> dict[str, Any]:
+    def save_weights(self, req: Any, who: str) -> dict[str, Any]:
+        refused = self._refuse_foreign(req.model_id, who, model_id=req.model_id)
+        if refused is not None:
+            return refused
+
         def run() -> Outcome:
             model = self.host.get(req.model_id)
-            directory, path = self.new_checkpoint(req.model_id, "weights", req.path,
+            directory, path = self.new_checkpoint(req.model_id, "weights", req.path, who,
                                                   overwrite=bool(req.overwrite))
-            self.host.save(model, directory, optimizer=True)
+            self.host.save(model, directory, optimizer=True, owner=who)
             return Outcome(json={"path": path, "type": "save_weights"})
 
-        return self.submit(self.owner_of(req.model_id), run, model_id=req.model_id)
+        return self.submit(self.owner_of(req.model_id), run, who, model_id=req.model_id)
 
-    def load_weights(self, req: Any) -> dict[str, Any]:
+    def load_weights(self, req: Any, who: str) -> dict[str, Any]:
         """Into an existing client (load_state), or a new one (create_..._from_state)."""
         if req.session_id is not None:
             model_id = f"{req.session_id}:train:{req.model_seq_id}"
+            why = self._claim(req.session_id, model_id, who)
+            if why is not None:
+                return self.fail(who, why, who, model_id=model_id)
         elif req.model_id is not None:
             model_id = req.model_id
+            refused = self._refuse_foreign(model_id, who, model_id=model_id)
+            if refused is not None:
+                return refused
         else:
             raise Unsupported("load_weights needs model_id, or session_id and model_seq_id")
 
         def run() -> Outcome:
-            directory = self.checkpoint_dir(req.path)
-            meta = self.host.read_meta(directory)
-            self.host.check_base(meta["base_model"])
-            if req.session_id is not None:
-                model = self.host.create(model_id, self.host.lora_of(meta))
-                self._remember(req.session_id, model_id)
-            else:
-                model = self.host.get(model_id)
+            try:
+                directory = self.checkpoint_dir(req.path, who)
+                meta = self.host.read_meta(directory)
+                self.host.check_base(meta["base_model"])
+                if req.session_id is not None:
+                    model = self.host.create(model_id, self.host.lora_of(meta))
+                else:
+                    model = self.host.get(model_id)
+            finally:
+                if req.session_id is not None:
+                    self._unclaim(req.session_id, model_id)
             self.host.load(model, directory, optimizer=bool(req.optimizer))
             return Outcome(json={"path": req.path, "model_id": model_id,
                                  "type": "load_weights"})
 
-        return self.submit(self.owner_of(model_id), run, model_id=model_id)
+        return self.submit(self.owner_of(model_id), run, who, model_id=model_id)
 
-    def save_for_sampler(self, req: Any) -> dict[str, Any]:
+    def save_for_sampler(self, req: Any, who: str) -> dict[str, Any]:
+        refused = self._refuse_foreign(req.model_id, who, model_id=req.model_id)
+        if refused is not None:
+            return refused
         if req.kind != "snapshot":
             kind = req.kind
 
             def run() -> Outcome:
                 raise Unsupported(f"sampling client kind {kind!r}: this server makes snapshot "
                                   "samplers (kind='snapshot'), which see the weights saved")
-            return self.submit(self.owner_of(req.model_id), run, model_id=req.model_id)
+            return self.submit(self.owner_of(req.model_id), run, who, model_id=req.model_id)
 
         def run() -> Outcome:
             model = self.host.get(req.model_id)
             if req.path is None:  # save_weights_and_get_sampling_client: in memory only
-                sampler_id = self._add_sampler(self.host.snapshot(model), None, req.model_id)
+                sampler_id = self._add_sampler(self.host.snapshot(model), None, who,
+                                               req.model_id)
                 return Outcome(json={"sampling_session_id": sampler_id,
                                      "type": "save_weights_for_sampler"})
-            directory, path = self.new_checkpoint(req.model_id, "sampler_weights", req.path)
-            self.host.save(model, directory, optimizer=False)
+            directory, path = self.new_checkpoint(req.model_id, "sampler_weights", req.path,
+                                                  who)
+            self.host.save(model, directory, optimizer=False, owner=who)
             return Outcome(json={"path": path, "type": "save_weights_for_sampler"})
 
-        return self.submit(self.owner_of(req.model_id), run, model_id=req.model_id)
+        return self.submit(self.owner_of(req.model_id), run, who, model_id=req.model_id)
 
-    def _add_sampler(self, source: Any, model_path: str | None,
+    def _add_sampler(self, source: Any, model_path: str | None, who: str,
                      model_id: str | None = None) -> str:
         sampler_id = f"sampler-{uuid.uuid4().hex[:12]}"
         with self._lock:
-            self.samplers[sampler_id] = (source, model_path)
+            self.samplers[sampler_id] = (source, model_path, who)
             if model_id is not None:
                 ids = self.ephemeral.setdefault(model_id, [])
                 ids.append(sampler_id)
@@ -296,46 +454,50 @@ class TinkerService:
                     self.samplers.pop(ids.pop(0), None)
         return sampler_id
 
-    def create_sampler(self, req: Any) -> dict[str, Any]:
+    def create_sampler(self, req: Any, who: str) -> dict[str, Any]:
         return {"type": "create_sampling_session",
-                "sampling_session_id": self._add_sampler(self._path_source(req),
-                                                         req.model_path)}
+                "sampling_session_id": self._add_sampler(self._path_source(req, who),
+                                                         req.model_path, who)}
 
-    def sampler(self, sampler_id: str) -> tuple[Any, str | None]:
+    def sampler(self, sampler_id: str, who: str) -> tuple[Any, str | None]:
+        """`who`'s sampler: its weights and model path (another's is unknown here)."""
         with self._lock:
-            if sampler_id not in self.samplers:
-                raise Unsupported(f"unknown sampling session {sampler_id!r} (expired: this "
-                                  f"server keeps the last {EPHEMERAL_PER_MODEL} unnamed "
-                                  "snapshots of a training client, or it restarted); save "
-                                  "with save_weights_for_sampler(name) to keep one")
-            return self.samplers[sampler_id]
+            found = self.samplers.get(sampler_id)
+            if found is None or found[2] != who:
+                raise Unsupported(f"unknown sampling session {str(sampler_id)[:100]!r} "
+                                  f"(expired: this server keeps the last {EPHEMERAL_PER_MODEL} "
+                                  "unnamed snapshots of a training client, or it restarted); "
+                                  "save with save_weights_for_sampler(name) to keep one")
+            return found[0], found[1]
 
-    def fail(self, owner: str, message: str, **extra: Any) -> dict[str, Any]:
+    def fail(self, owner: str, message: str, who: str, **extra: Any) -> dict[str, Any]:
         """Accept a request that cannot be done: its future fails with `message`."""
         def run() -> Outcome:
             raise Unsupported(message)
 
-        return self.submit(owner, run, **extra)
+        return self.submit(owner, run, who, **extra)
 
-    def sample(self, req: Any) -> dict[str, Any]:
+    def sample(self, req: Any, who: str) -> dict[str, Any]:
         """Samples are queued per sampler; the worker runs queued samples of one sampler
         with the same sampling parameters as one batched generation."""
         from skyhub.trainer.tinker.models import SampleItem
 
-        owner = req.sampling_session_id or f"base:{req.model_path or req.base_model}"
+        owner = req.sampling_session_id or f"base:{who}:{req.model_path or req.base_model}"
         n = int(req.num_samples)
-        ids = [uuid.uuid4().hex for _ in range(max(n, 0))]
+        ids = [uuid.uuid4().hex for _ in range(min(max(n, 0), 256))]
         try:
+            if req.sampling_session_id:
+                self.sampler(req.sampling_session_id, who)
             item, params = self._sample_request(req, n)
         except Unsupported as e:
-            return self.fail(owner, str(e), sample_sequence_ids=ids)
+            return self.fail(owner, str(e), who, sample_sequence_ids=ids)
         item = SampleItem(item, n, req.sampling_params.seed, bool(req.prompt_logprobs))
         last_n = req.prompt_logprobs_last_n
 
         def source() -> Any:
             if req.sampling_session_id:
-                return self.sampler(req.sampling_session_id)[0]
-            return self._path_source(req)
+                return self.sampler(req.sampling_session_id, who)[0]
+            return self._path_source(req, who)
 
         def do(payloads: list[tuple[SampleItem, int | None]]) -> list[Outcome]:
             from skyhub.trainer.tinker.wire import encode_sample
@@ -355,7 +517,8 @@ class TinkerService:
             return do([job.payload for job in jobs])
 
         return {"request_id": self.jobs.submit(owner, run, batch_key=(owner, params),
-                                               batch_run=run_batch, payload=(item, last_n)),
+                                               batch_run=run_batch, payload=(item, last_n),
+                                               principal=who),
                 "sample_sequence_ids": ids}
 
     def _sample_request(self, req: Any, n: int) -> tuple[list[int], Any]:
@@ -387,19 +550,24 @@ class TinkerService:
                                       stop=tuple(s for s in stop if isinstance(s, str)),
                                       stop_token_ids=stop_ids)
 
-    def _path_source(self, req: Any) -> Any:
+    def _path_source(self, req: Any, who: str) -> Any:
         """The weights a request's `model_path` names (a snapshot), or None: the base."""
         if req.model_path:
-            return self.host.snapshot_from(self.checkpoint_dir(req.model_path))
+            return self.host.snapshot_from(self.checkpoint_dir(req.model_path, who))
         self.host.check_base(req.base_model)
         return None
 
-    def finish_session(self, session_id: str) -> None:
-        """Free the session's training clients and their unnamed sampler snapshots."""
+    def finish_session(self, session_id: str, who: str | None = None) -> bool:
+        """Free the session's training clients and their unnamed sampler snapshots. Given
+        `who`, only `who`'s session: returns whether there was one to finish."""
         with self._lock:
+            if who is not None and self.session_owner.get(session_id) != who:
+                return False
+            self.session_owner.pop(session_id, None)
             model_ids = self.sessions.pop(session_id, set())
             self.last_seen.pop(session_id, None)
             for model_id in model_ids:
+                self.model_owner.pop(model_id, None)
                 for sampler_id in self.ephemeral.pop(model_id, []):
                     self.samplers.pop(sampler_id, None)
 
@@ -410,12 +578,20 @@ class TinkerService:
 
         if model_ids:
             self.jobs.submit(session_id, run)
+        return True
 
 
-def _route(request_type: Any, handle: Any) -> Any:
-    """A route that parses the body as `request_type` and returns `handle(request)`."""
+def _unknown_model(model_id: Any) -> str:
+    return (f"unknown model_id {str(model_id)[:200]!r} (this server restarted, or the session "
+            "ended): make a new training client, e.g. "
+            "create_training_client_from_state(<last save_state path>)")
+
+
+def _route(request_type: Any, handle: Any, service: TinkerService) -> Any:
+    """A route that parses the body as `request_type` and returns `handle(request, who)`."""
     async def route(request: Request) -> Any:
-        return handle(request_type.model_validate(await request.json()))
+        req = request_type.model_validate(await request.json())
+        return handle(req, service.principal(request.headers))
 
     return route
 
@@ -423,6 +599,63 @@ def _route(request_type: Any, handle: Any) -> Any:
 class _Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         self.status, self.message = status, message
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes is answered 413 before it is read
+    into memory: at once when its Content-Length says so, else (a chunked body) as soon as
+    the bytes received pass the limit."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = next((v for k, v in scope.get("headers") or () if k.lower() == b"content-length"),
+                      None)
+        if length is not None:
+            if not length.strip().isdigit() or int(length) > self.limit:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)  # the server reads no more than it says
+            return
+        received, started = 0, False
+
+        async def counted() -> dict[str, Any]:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _TooLarge
+            return message
+
+        async def watched(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send: Any) -> None:
+        message = (f"request body over this server's limit of {self.limit} bytes "
+                   "(`skyhub tinker serve --max-body-mb`); send smaller batches")
+        data = json.dumps({"error": message, "detail": message}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": data})
 
 
 def _prompt_tokens(prompt: Any) -> list[int]:
@@ -437,7 +670,8 @@ def _prompt_tokens(prompt: Any) -> list[int]:
 
 # ---------------------------------------------------------------------- HTTP
 def create_app(service: TinkerService) -> Any:
-    """The FastAPI app: each route parses the SDK's request type and calls the service."""
+    """The FastAPI app: each route parses the SDK's request type and calls the service with
+    the request's principal."""
     from fastapi import Depends, FastAPI
     from fastapi.responses import JSONResponse, Response
     from pydantic import ValidationError
@@ -445,19 +679,24 @@ def create_app(service: TinkerService) -> Any:
 
     from skyhub.trainer.tinker.wire import decode_forward_backward
 
-    app = FastAPI(title="skyhub tinker", docs_url=None, redoc_url=None)
+    # no /docs, /redoc or /openapi.json: they would answer without the API key
+    app = FastAPI(title="skyhub tinker", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
+    app.add_middleware(_BodyLimit, limit=service.max_body_bytes)
     v1 = "/api/v1"
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message, "detail": message}, status_code=status)
 
     async def check_key(request: Request) -> None:
-        if service.api_key and request.headers.get("x-api-key") != service.api_key:
+        if not service.key_accepted(request.headers.get("x-api-key")):
             raise _Refused(401, "wrong or missing API key: pass the server's key as "
                                 "api_key= or TINKER_API_KEY")
 
     app.router.dependencies.append(Depends(check_key))
+
+    def who(request: Request) -> str:
+        return service.principal(request.headers)
 
     @app.exception_handler(_Refused)
     async def refused(request: Request, e: _Refused) -> JSONResponse:
@@ -465,7 +704,7 @@ def create_app(service: TinkerService) -> Any:
 
     @app.exception_handler(ValidationError)
     async def malformed(request: Request, e: ValidationError) -> JSONResponse:
-        return error(400, f"malformed request for {request.url.path}: {e}")
+        return error(400, f"malformed request for {request.url.path}: {str(e)[:2000]}")
 
     @app.exception_handler(Unsupported)
     async def unsupported(request: Request, e: Unsupported) -> JSONResponse:
@@ -498,19 +737,19 @@ def create_app(service: TinkerService) -> Any:
     @app.post(v1 + "/create_session")
     async def create_session(request: Request) -> dict:
         types.CreateSessionRequest.model_validate(await request.json())
-        session_id = f"s{uuid.uuid4().hex[:16]}"
-        service.touch(session_id)
-        return {"type": "create_session", "session_id": session_id}
+        return {"type": "create_session", "session_id": service.new_session(who(request))}
 
     @app.post(v1 + "/session_heartbeat")
-    async def heartbeat(request: Request) -> dict:
+    async def heartbeat(request: Request) -> Any:
         req = types.SessionHeartbeatRequest.model_validate(await request.json())
-        service.touch(req.session_id)
+        if not service.heartbeat(req.session_id, who(request)):
+            # 410: the SDK stops heartbeating a session that is gone (or was never its own)
+            return error(410, f"session {req.session_id[:100]!r} has ended")
         return {"type": "session_heartbeat"}
 
     @app.post(v1 + "/sessions/{session_id}/finish")
-    async def finish(session_id: str) -> Response:
-        service.finish_session(session_id)
+    async def finish(session_id: str, request: Request) -> Response:
+        service.finish_session(session_id, who(request))  # another's: nothing happens
         return Response(status_code=204)
 
     @app.post(v1 + "/telemetry")
@@ -530,32 +769,36 @@ def create_app(service: TinkerService) -> Any:
             "get_info": (types.GetInfoRequest, service.info),
             "asample": (types.SampleRequest, service.sample)}
     for name, (request_type, handle) in work.items():
-        app.post(f"{v1}/{name}")(_route(request_type, handle))
+        app.post(f"{v1}/{name}")(_route(request_type, handle, service))
 
     @app.post(v1 + "/forward_backward")
     async def forward_backward(request: Request) -> Any:
         try:
             call = decode_forward_backward(await request.body(),
-                                           request.headers.get("content-encoding"))
+                                           request.headers.get("content-encoding"),
+                                           service.max_body_bytes)
+        except _TooLarge:
+            raise  # for _BodyLimit to answer
         except Exception as e:
-            return error(400, f"forward_backward: the body is not a ForwardBackwardRequest "
-                              f"protobuf ({e})")
-        return service.forward_backward(call)
+            return error(413 if type(e).__name__ == "BodyTooLarge" else 400,
+                         f"forward_backward: the body is not a ForwardBackwardRequest "
+                         f"protobuf this server accepts ({str(e)[:500]})")
+        return service.forward_backward(call, who(request))
 
     @app.post(v1 + "/join_sampling_session")
     async def join_sampling_session(request: Request) -> dict:
         req = types.JoinSamplingSessionRequest.model_validate(await request.json())
-        service.sampler(req.sampling_session_id)
+        service.sampler(req.sampling_session_id, who(request))
         return {"type": "join_sampling_session", "client_counter": next(service._joins)}
 
     @app.get(v1 + "/samplers/{sampler_id}")
-    async def get_sampler(sampler_id: str) -> dict:
-        _, path = service.sampler(sampler_id)
+    async def get_sampler(sampler_id: str, request: Request) -> dict:
+        _, path = service.sampler(sampler_id, who(request))
         return {"sampler_id": sampler_id, "base_model": service.host.name, "model_path": path}
 
     @app.get(v1 + "/training_runs/{model_id}/checkpoints")
-    async def checkpoints(model_id: str) -> dict:
-        return service.list_checkpoints(model_id)
+    async def checkpoints(model_id: str, request: Request) -> dict:
+        return service.list_checkpoints(model_id, who(request))
 
     @app.post(v1 + "/cancel_future")
     async def cancel_future() -> Response:
@@ -564,9 +807,9 @@ def create_app(service: TinkerService) -> Any:
     @app.post(v1 + "/retrieve_future")
     async def retrieve_future(request: Request) -> Any:
         req = types.FutureRetrieveRequest.model_validate(await request.json())
-        if not service.jobs.known(req.request_id):
-            return error(404, f"unknown request id {req.request_id!r} (the server restarted "
-                              "or forgot it); send the request again")
+        if not service.jobs.known(req.request_id, who(request)):
+            return error(404, f"unknown request id {req.request_id[:100]!r} (the server "
+                              "restarted or forgot it); send the request again")
         outcome = await service.jobs.wait(req.request_id, POLL_S)
         if outcome is None:  # still queued or running: the SDK asks again at once
             return JSONResponse({"type": "try_again", "request_id": req.request_id,
@@ -579,7 +822,7 @@ def create_app(service: TinkerService) -> Any:
 
     @app.api_route(v1 + "/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def not_here(rest: str) -> JSONResponse:
-        return error(404, f"/api/v1/{rest} is not supported by skyhub's Tinker server "
+        return error(404, f"/api/v1/{rest[:200]} is not supported by skyhub's Tinker server "
                           "(it serves training, sampling and checkpoints; see "
                           "`skyhub tinker serve --help`)")
 
@@ -587,28 +830,34 @@ def create_app(service: TinkerService) -> Any:
 
 
 # ---------------------------------------------------------------------- running it
-def serve(base_model: str, *, host: str = "127.0.0.1", port: int = 8000,
-          state_dir: str | Path = "tinker-state", engine: str = "hf",
-          api_key: str | None = None, threads: int | None = None, max_batch: int = 64,
-          session_ttl_s: float = 600.0, log_level: str = "info") -> None:
-    """Serve until interrupted. A non-loopback `host` needs an API key (`--api-key` or
-    `$SKYHUB_TINKER_API_KEY`): anyone who reaches the port could train and sample."""
-    import uvicorn
+def _checked_keys(api_key: str | Sequence[str] | None, host: str) -> tuple[str, ...]:
+    """The keys to require (`$SKYHUB_TINKER_API_KEY` when none given, comma separated),
+    after refusing what cannot work or is unsafe."""
+    from skyhub.errors import UsageError
 
-    api_key = api_key or os.environ.get("SKYHUB_TINKER_API_KEY") or None
-    if api_key and not api_key.startswith("tml-"):
-        from skyhub.errors import UsageError
-
-        raise UsageError("the API key must start with 'tml-': the tinker SDK refuses to send "
+    keys = _keys(api_key) or _keys([k.strip() for k in
+                                    os.environ.get("SKYHUB_TINKER_API_KEY", "").split(",")])
+    bad = [k for k in keys if not k.startswith("tml-")]
+    if bad:
+        raise UsageError("an API key must start with 'tml-': the tinker SDK refuses to send "
                          "any other (e.g. --api-key tml-mysecret)")
-    if not api_key and not is_loopback(host):
-        from skyhub.errors import UsageError
-
+    if not keys and not is_loopback(host):
         raise UsageError(f"refusing to serve on {host!r} without an API key: pass "
                          "--api-key tml-SECRET (or set SKYHUB_TINKER_API_KEY), or bind to "
                          "127.0.0.1")
-    service = TinkerService(base_model, state_dir, engine=engine, api_key=api_key,
-                            threads=threads, max_batch=max_batch, session_ttl_s=session_ttl_s)
+    return keys
+
+
+def serve(base_model: str, *, host: str = "127.0.0.1", port: int = 8000,
+          state_dir: str | Path = "tinker-state", api_key: str | Sequence[str] | None = None,
+          log_level: str = "info", **service_kwargs: Any) -> None:
+    """Serve until interrupted. A non-loopback `host` needs an API key (`--api-key`, one per
+    tenant, or `$SKYHUB_TINKER_API_KEY`): anyone who reaches the port could train and
+    sample. `service_kwargs`: `TinkerService`'s (engine, limits)."""
+    import uvicorn
+
+    keys = _checked_keys(api_key, host)
+    service = TinkerService(base_model, state_dir, api_key=keys, **service_kwargs)
     uvicorn.run(create_app(service), host=host, port=port, log_level=log_level)
 
 
@@ -617,17 +866,15 @@ class TinkerServerThread(UvicornThread):
 
         with TinkerServerThread(base_model=path, state_dir=tmp) as srv:
             client = tinker.ServiceClient(base_url=srv.url, api_key="tml-local")
+
+    `service_kwargs` are `TinkerService`'s (api_key, threads, limits, ...).
     """
 
     def __init__(self, base_model: str, state_dir: str | Path, *, host: str = "127.0.0.1",
-                 port: int = 0, engine: str = "hf", api_key: str | None = None,
-                 threads: int | None = None, max_batch: int = 64,
-                 session_ttl_s: float = 600.0) -> None:
+                 port: int = 0, **service_kwargs: Any) -> None:
         import uvicorn
 
-        self.service = TinkerService(base_model, state_dir, engine=engine, api_key=api_key,
-                                     threads=threads, max_batch=max_batch,
-                                     session_ttl_s=session_ttl_s)
+        self.service = TinkerService(base_model, state_dir, **service_kwargs)
         config = uvicorn.Config(create_app(self.service), host=host, port=port,
                                 log_level="warning", lifespan="off")
         super().__init__(uvicorn.Server(config), host, port, "skyhub-tinker")

@@ -17,7 +17,7 @@ import numpy as np
 
 from skyhub.trainer.tinker.errors import Unsupported
 
-_MAX_BODY = 1 << 30  # decompressed request bodies above 1 GiB are refused
+MAX_BODY = 128 << 20  # default limit of a request body, compressed or decompressed
 
 
 @dataclass
@@ -51,9 +51,17 @@ def _np_dtype(pb: Any, dtype: int) -> np.dtype:
     return np.dtype(table[dtype])
 
 
-def _tensor(pb: Any, msg: Any, name: str) -> np.ndarray:
+def _tensor(pb: Any, msg: Any, name: str, budget: list[int]) -> np.ndarray:
+    """One loss input as a dense array. `budget` holds the bytes the request's tensors may
+    still take: the shape is the client's word, and a sparse tensor's would otherwise size
+    the allocation below (and its row loop) however the client liked."""
     dtype = _np_dtype(pb, msg.dtype)
     shape = list(msg.shape)
+    size = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if any(d < 0 for d in shape) or size > budget[0]:
+        raise ValueError(f"loss input {name!r}: shape {shape[:8]} takes this request past "
+                         "the server's limit on tensor bytes (--max-body-mb)")
+    budget[0] -= size
     if msg.HasField("sparse_csr"):
         if len(shape) != 2:
             raise Unsupported(f"loss input {name!r}: a sparse tensor must be 2-D")
@@ -61,6 +69,10 @@ def _tensor(pb: Any, msg: Any, name: str) -> np.ndarray:
         values = np.frombuffer(csr.values, dtype=dtype)
         crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
         col = np.frombuffer(csr.col_indices, dtype=np.int64)
+        if len(crow) != shape[0] + 1 or len(col) != len(values) or (len(crow) and (
+                crow[0] != 0 or crow[-1] != len(values) or np.any(np.diff(crow) < 0))) \
+                or (len(col) and (col.min() < 0 or col.max() >= shape[1])):
+            raise ValueError(f"loss input {name!r}: malformed sparse CSR tensor")
         dense = np.zeros(shape, dtype=dtype)
         for row in range(shape[0]):
             lo, hi = int(crow[row]), int(crow[row + 1])
@@ -70,14 +82,33 @@ def _tensor(pb: Any, msg: Any, name: str) -> np.ndarray:
     return arr.reshape(shape) if shape else arr
 
 
-def decode_forward_backward(body: bytes, encoding: str | None) -> FwdBwdCall:
-    """Parse the body of `POST /api/v1/forward_backward`: raises `ValueError` if it is not
-    a ForwardBackwardRequest; what this server cannot do (image or audio chunks, a dtype)
-    is the call's `problem`, for its future to fail with."""
-    if encoding == "zstd":
-        import zstandard
+class BodyTooLarge(ValueError):
+    """A request body (after decompression) over the server's limit."""
 
-        body = zstandard.ZstdDecompressor().decompress(body, max_output_size=_MAX_BODY)
+
+def decompress_zstd(body: bytes, limit: int) -> bytes:
+    """`body` decompressed, at most `limit` bytes (`BodyTooLarge` past it). Read as a stream:
+    `ZstdDecompressor.decompress` allocates whatever size the frame header declares, so a
+    2 KB body could ask for gigabytes."""
+    import io
+
+    import zstandard
+
+    out = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body)).read(limit + 1)
+    if len(out) > limit:
+        raise BodyTooLarge(f"the zstd body decompresses to more than {limit} bytes, this "
+                           "server's limit (--max-body-mb); send smaller batches")
+    return out
+
+
+def decode_forward_backward(body: bytes, encoding: str | None,
+                            limit: int = MAX_BODY) -> FwdBwdCall:
+    """Parse the body of `POST /api/v1/forward_backward`: raises `ValueError` if it is not
+    a ForwardBackwardRequest (`BodyTooLarge` if it decompresses past `limit` bytes); what
+    this server cannot do (image or audio chunks, a dtype) is the call's `problem`, for its
+    future to fail with."""
+    if encoding == "zstd":
+        body = decompress_zstd(body, limit)
     elif encoding not in (None, "", "identity"):
         raise ValueError(f"unsupported Content-Encoding {encoding!r}")
     pb = _pb()
@@ -87,14 +118,15 @@ def decode_forward_backward(body: bytes, encoding: str | None) -> FwdBwdCall:
     for k, v in msg.loss_fn_config_v2.items():
         config[k] = v.text if v.WhichOneof("value") == "text" else float(v.number)
     try:
-        data, problem = [_datum(pb, d) for d in msg.data], None
+        budget = [limit]
+        data, problem = [_datum(pb, d, budget) for d in msg.data], None
     except Unsupported as e:
         data, problem = [], str(e)
     return FwdBwdCall(msg.model_id, int(msg.seq_id), msg.loss_fn, bool(msg.forward_only),
                       data, config, problem)
 
 
-def _datum(pb: Any, d: Any) -> WireDatum:
+def _datum(pb: Any, d: Any, budget: list[int]) -> WireDatum:
     tokens: list[int] = []
     for chunk in d.model_input:
         kind = chunk.WhichOneof("chunk")
@@ -104,7 +136,7 @@ def _datum(pb: Any, d: Any) -> WireDatum:
             raise Unsupported(f"model input chunks of type {kind!r}: this server trains "
                               "text models; send token chunks (ModelInput.from_ints)")
         tokens += np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist()
-    inputs = {name: _tensor(pb, t, name) for name, t in d.loss_fn_inputs.items()}
+    inputs = {name: _tensor(pb, t, name, budget) for name, t in d.loss_fn_inputs.items()}
     return WireDatum(tokens, inputs)
 
 

@@ -1,0 +1,449 @@
+"""Memory before anything loads: where the learner's ranks and the rollout engine go, and what
+each device holds, estimated from the model's config alone (`skyhub train --dry-run`).
+
+    plan = placement(load_config("sql-grpo-653"), parse_devices("8x80GB"))
+    print(plan.report())          # refuses (UsageError) a config that does not fit: plan.check()
+
+Per learner rank, with N ranks (FSDP2) and P parameters:
+- kept across steps: float32 weights 4P/N, float32 gradients 4P/N (from the first backward
+  to the optimiser step), AdamW's two float32 moments 8P/N; a KL reference 4P/N more;
+- the working set of one micro-batch of T tokens (rows x width): the weights FSDP has
+  gathered in the compute dtype (the root group, LM head and tied embeddings, for the whole
+  pass; two decoder layers at a time) and their gradients before the reduce-scatter
+  (unsharded: the autocast copies of every weight instead); the activations backward needs
+  (with activation checkpointing each layer's input plus one layer's recomputed internals,
+  else every layer's internals); the LM head's chunk of logits (`policy.py`: never the
+  whole sequence's); the dense block mask a packed row gives SDPA (width x width per row).
+The coefficients are counted from what autograd saves in a Qwen2-style decoder layer and
+checked against peaks measured on CPU (tests/trainer/test_dry_run.py). The rollout engine:
+vLLM takes `gpu_memory_utilization` of its GPU(s) (its default 0.9) and needs at least its
+bf16 weights and the KV cache of one longest episode in it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyhub.errors import UsageError
+
+GiB = 2**30
+
+#: Shapes of models the recipes name, for a dry run on a machine that cannot fetch their
+#: config (values from the models' config.json on the Hugging Face hub).
+KNOWN = {
+    "qwen2.5-0.5b": dict(vocab=151936, hidden=896, layers=24, heads=14, kv_heads=2,
+                         intermediate=4864, tied=True),
+    "qwen2.5-1.5b": dict(vocab=151936, hidden=1536, layers=28, heads=12, kv_heads=2,
+                         intermediate=8960, tied=True),
+    "qwen2.5-3b": dict(vocab=151936, hidden=2048, layers=36, heads=16, kv_heads=2,
+                       intermediate=11008, tied=True),
+    "qwen2.5-7b": dict(vocab=152064, hidden=3584, layers=28, heads=28, kv_heads=4,
+                       intermediate=18944, tied=False),
+    "qwen2.5-14b": dict(vocab=152064, hidden=5120, layers=48, heads=40, kv_heads=8,
+                        intermediate=13824, tied=False),
+    "qwen2.5-32b": dict(vocab=152064, hidden=5120, layers=64, heads=40, kv_heads=8,
+                        intermediate=27648, tied=False),
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What memory depends on, for a Qwen2/Llama-style decoder."""
+
+    name: str
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    tied: bool
+    head_dim: int = 0  # 0: hidden // heads
+    qkv_bias: bool = True
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def embed_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def head_params(self) -> int:
+        return 0 if self.tied else self.vocab * self.hidden
+
+    @property
+    def layer_params(self) -> int:
+        q, kv = self.heads * self.hd, self.kv_heads * self.hd
+        attn = self.hidden * (q + 2 * kv) + q * self.hidden
+        bias = (q + 2 * kv) if self.qkv_bias else 0
+        return attn + bias + 3 * self.hidden * self.intermediate + 2 * self.hidden
+
+    @property
+    def params(self) -> int:
+        return (self.embed_params + self.head_params + self.layers * self.layer_params
+                + self.hidden)
+
+    @classmethod
+    def from_config(cls, config: Any, name: str = "") -> ModelShape:
+        """From a transformers config (Qwen2, Llama, Mistral, ...)."""
+        return cls(name=name or getattr(config, "_name_or_path", "") or config.model_type,
+                   vocab=config.vocab_size, hidden=config.hidden_size,
+                   layers=config.num_hidden_layers, heads=config.num_attention_heads,
+                   kv_heads=getattr(config, "num_key_value_heads", None)
+                   or config.num_attention_heads,
+                   intermediate=config.intermediate_size,
+                   tied=bool(getattr(config, "tie_word_embeddings", False)),
+                   head_dim=getattr(config, "head_dim", None) or 0,
+                   qkv_bias=bool(getattr(config, "attention_bias",
+                                         config.model_type == "qwen2")))
+
+
+def model_shape(cfg: Any) -> tuple[ModelShape, str]:
+    """The shape of `cfg.model`, and where it came from: the tiny model's settings; a local
+    directory's or the hub cache's config.json (nothing is downloaded); else `KNOWN`."""
+    m = cfg.model
+    if m.name_or_path == "tiny":
+        from skyhub.trainer.tiny import VOCAB_SIZE
+
+        return (ModelShape("tiny", vocab=VOCAB_SIZE, hidden=m.tiny_hidden, layers=m.tiny_layers,
+                           heads=4, kv_heads=2, intermediate=2 * m.tiny_hidden, tied=True),
+                "the tiny model's settings")
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(m.name_or_path, local_files_only=True)
+        return ModelShape.from_config(config, m.name_or_path), "its config.json"
+    except Exception:  # not on this machine: the built-in table
+        pass
+    key = m.name_or_path.rsplit("/", 1)[-1].lower()
+    key = re.sub(r"-(instruct|chat|base)$", "", key).replace("-coder", "").replace("-math", "")
+    if key in KNOWN:
+        return ModelShape(m.name_or_path, **KNOWN[key]), f"the built-in {key} shape"
+    raise UsageError(f"--dry-run: no config for model.name_or_path={m.name_or_path!r} on this "
+                     "machine (nothing is downloaded for a dry run); pass a local model "
+                     f"directory, or a model of a known shape ({', '.join(KNOWN)})")
+
+
+# ------------------------------------------------------------------------------ estimates
+def layer_activation_bytes(s: ModelShape, c: int) -> int:
+    """Bytes per token that backward needs from one decoder layer, computing in `c`-byte
+    floats: two RMSNorms (float32 input, normalised output), the q/k/v outputs before and
+    after the rotary embedding, v, SDPA's output, and the MLP's gate, activation, up and
+    product (SwiGLU)."""
+    q, kv = s.heads * s.hd, s.kv_heads * s.hd
+    norms = 2 * (4 * s.hidden + c * s.hidden)
+    attn = c * (2 * q + 3 * kv + q)
+    mlp = 4 * c * s.intermediate
+    return norms + attn + mlp
+
+
+@dataclass
+class Estimate:
+    """Bytes on one device, by component (insertion order is the report's)."""
+
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return sum(self.parts.values())
+
+
+def learner_estimate(s: ModelShape, *, ranks: int = 1, compute_bytes: int = 4,
+                     tokens: int = 8192, width: int = 1024, checkpointing: bool = False,
+                     chunk: int = 1024, kl: bool = False, critic: bool = False,
+                     sharded: bool | None = None, packed: bool = True) -> Estimate:
+    """One learner rank's peak, for micro-batches of `tokens` positions in rows of `width`."""
+    c, p, n = compute_bytes, s.params, ranks
+    sharded = ranks > 1 if sharded is None else sharded
+    e = Estimate()
+    e.parts["weights (float32)"] = 4 * p / n
+    e.parts["gradients (float32)"] = 4 * p / n
+    e.parts["AdamW moments (float32)"] = 8 * p / n
+    if kl:
+        e.parts["KL reference (float32)"] = 4 * p / n
+    if critic:
+        e.parts["critic and its AdamW"] = 16 * (p - s.head_params)
+    # the root group (LM head, and the embeddings when tied) stays gathered for the whole
+    # pass and its gradient until the end of backward; decoder layers two at a time
+    root = s.head_params or s.embed_params
+    if sharded:  # gathered (compute dtype), gradients, float32 reduce-scatter buffers
+        e.parts["gathered weights and gradients"] = (2 * c * root + 2 * c * s.layer_params
+                                                     + (c + 4) * s.layer_params)
+    elif c < 4:
+        e.parts["autocast copies of the weights"] = c * p
+    per_layer = layer_activation_bytes(s, c)
+    if checkpointing:
+        act = tokens * (s.layers * c * s.hidden + per_layer)
+    else:
+        act = tokens * s.layers * per_layer
+    # final norm (float32 in, normalised out), the embedding output, gradient buffers
+    act += tokens * s.hidden * (4 + 3 * c)
+    e.parts["activations"] = act
+    # one chunk of logits: compute-dtype out of the head, float32 copy, exp, softmax,
+    # and in backward the recomputed chunk and its gradient
+    e.parts["logits (one chunk)"] = min(chunk, tokens) * s.vocab * (c + 16)
+    if packed:
+        e.parts["attention mask (packed rows)"] = tokens * width
+    return e
+
+
+def vllm_min_bytes(s: ModelShape, max_model_len: int, tp: int = 1) -> float:
+    """The least a vLLM engine can run with: bf16 weights and one longest sequence's KV cache
+    (per GPU of its tensor-parallel group), plus ~1 GiB of workspace."""
+    kv_per_token = 2 * s.layers * s.kv_heads * s.hd * 2
+    return (2 * s.params + kv_per_token * max_model_len) / tp + GiB
+
+
+# ------------------------------------------------------------------------------ devices
+@dataclass(frozen=True)
+class Devices:
+    """The devices of one node: `count` GPUs of `memory` bytes, or the CPU (one memory all
+    ranks share)."""
+
+    kind: str  # "gpu" or "cpu"
+    count: int
+    memory: float
+
+    def describe(self) -> str:
+        if self.kind == "cpu":
+            return f"CPU, {self.memory / GiB:.0f} GiB of RAM shared by every rank"
+        return f"{self.count} x {self.memory / GiB:.0f} GiB GPUs"
+
+
+def parse_devices(spec: str | None) -> Devices:
+    """`8x80GB`, `4x24GB`, `1x141GB`, `cpu`; None: this machine's."""
+    if spec is None:
+        return local_devices()
+    if spec.strip().lower() == "cpu":
+        return Devices("cpu", 1, _ram())
+    m = re.fullmatch(r"\s*(\d+)\s*[x*]\s*(\d+(?:\.\d+)?)\s*(gb|gib|g)?\s*", spec, re.I)
+    if not m or int(m.group(1)) < 1:
+        raise UsageError(f"--devices {spec!r}: write COUNTxMEMORY, e.g. 8x80GB (GPUs per node "
+                         "and each one's memory), or cpu")
+    return Devices("gpu", int(m.group(1)), float(m.group(2)) * GiB)
+
+
+def local_devices() -> Devices:
+    import torch
+
+    if torch.cuda.is_available():
+        return Devices("gpu", torch.cuda.device_count(),
+                       float(torch.cuda.get_device_properties(0).total_memory))
+    return Devices("cpu", 1, _ram())
+
+
+def _ram() -> float:
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+# ------------------------------------------------------------------------------ the plan
+CUDA_CONTEXT = 1.5 * GiB  # CUDA context, NCCL buffers, allocator slack, per GPU process
+
+
+@dataclass
+class Plan:
+    """Placement and per-device memory of a config on some devices."""
+
+    cfg: Any
+    devices: Devices
+    shape: ModelShape
+    shape_source: str
+    learner: Estimate
+    rollout: float  # bytes on the rollout engine's device(s) (device 0 ...)
+    rollout_min: float
+    rollout_note: str
+    placement: list[str]
+    problems: list[str]
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def device_totals(self) -> dict[str, float]:
+        """Peak bytes on device 0 (learner rank 0 and the rollout engine) and on the others."""
+        if self.devices.kind == "cpu":
+            ranks = self.cfg.dist.learner_ranks // self.cfg.dist.nnodes
+            return {"host RAM": self.learner.total * ranks + self.rollout}
+        ctx = CUDA_CONTEXT
+        out = {"GPU 0": self.learner.total + self.rollout + ctx}
+        if self.cfg.dist.learner_ranks // self.cfg.dist.nnodes > 1:
+            out["every other GPU"] = self.learner.total + ctx
+        return out
+
+    def report(self) -> str:
+        d, s, cfg = self.devices, self.shape, self.cfg
+        size = f"{s.params / 1e9:.2f}B" if s.params >= 1e8 else f"{s.params / 1e6:.2f}M"
+        lines = [f"dry run: recipe {cfg.recipe or '(none)'}, model {cfg.model.name_or_path}",
+                 f"  {size} parameters, shape from {self.shape_source}",
+                 f"devices: {d.describe()}" + (f", {cfg.dist.nnodes} nodes"
+                                               if cfg.dist.nnodes > 1 else ""),
+                 "placement:", *(f"  {line}" for line in self.placement),
+                 "memory per learner rank (GiB, estimated from the model's config):"]
+        width = max(len(k) for k in self.learner.parts)
+        for k, v in self.learner.parts.items():
+            lines.append(f"  {k:<{width}}  {v / GiB:8.2f}")
+        lines.append(f"  {'learner rank total':<{width}}  {self.learner.total / GiB:8.2f}")
+        lines.append(f"rollout engine: {self.rollout / GiB:.2f} GiB ({self.rollout_note})")
+        lines.append("per device" + (f" (each GPU also {CUDA_CONTEXT / GiB:.1f} GiB for the "
+                                     "CUDA context and NCCL)" if d.kind == "gpu" else "")
+                     + ":")
+        for name, total in self.device_totals().items():
+            lines.append(f"  {name}: {total / GiB:.1f} of {d.memory / GiB:.0f} GiB "
+                         f"({'fits' if total <= d.memory else 'DOES NOT FIT'})")
+        lines.append("fits: yes" if self.fits else "fits: NO")
+        return "\n".join(lines)
+
+    def check(self) -> None:
+        """Raise a UsageError that says what to change when the config does not fit."""
+        if not self.fits:
+            raise UsageError("this config does not fit the devices it is given:\n"
+                             + "\n".join(f"  - {p}" for p in self.problems))
+
+
+def placement(cfg: Any, devices: Devices) -> Plan:
+    """Where `cfg`'s learner ranks and rollout engine go on `devices` (one node's), and how
+    much memory each device needs at its peak."""
+    from skyhub.trainer.policy import default_chunk
+
+    shape, source = model_shape(cfg)
+    d, r, o = cfg.dist, cfg.rollout, cfg.optim
+    per_node = d.learner_ranks // d.nnodes
+    gpu = devices.kind == "gpu"
+    dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if gpu else "float32")
+    c = 4 if dtype == "float32" else 2
+    longest = r.max_input_tokens + r.max_tokens_per_turn
+    tokens = max(o.micro_batch_tokens, longest)
+    width = min(longest, tokens)
+    learner = learner_estimate(
+        shape, ranks=d.learner_ranks, compute_bytes=c, tokens=tokens, width=width,
+        checkpointing=cfg.model.gradient_checkpointing, chunk=default_chunk(shape.vocab),
+        kl=cfg.algo.kl_coef > 0, critic=cfg.algo.advantage == "gae", packed=o.pack)
+    problems: list[str] = []
+    where = "GPU" if gpu else "CPU process"
+    if gpu and per_node > devices.count:
+        problems.append(f"dist.learner_ranks={d.learner_ranks} puts {per_node} ranks on each "
+                        f"node, which has {devices.count} GPUs: one rank per GPU")
+    ranks_txt = (f"ranks 0-{d.learner_ranks - 1}" if d.learner_ranks > 1 else "rank 0")
+    pad = " " * len("learner: ")
+    lines = [f"learner: {ranks_txt}, " + (f"FSDP2 over {d.learner_ranks} ranks, rank r on "
+                                          f"{where} r" if d.learner_ranks > 1 else
+                                          f"one {where}, unsharded")
+             + (f" ({per_node} per node)" if d.nnodes > 1 else ""),
+             f"{pad}float32 masters, {dtype} compute"
+             + (", activation checkpointing per layer" if cfg.model.gradient_checkpointing
+                else ""),
+             f"{pad}micro-batches of {tokens} tokens (rows up to {width})"]
+    ekw = r.engine_kwargs
+    if r.engine == "vllm":
+        tp = int(ekw.get("tensor_parallel_size", 1))
+        util = float(ekw.get("gpu_memory_utilization", 0.9))
+        max_len = int(ekw.get("max_model_len", longest))
+        need = vllm_min_bytes(shape, max_len, tp)
+        rollout = util * devices.memory if gpu else need
+        gpus = "GPU 0" if tp == 1 else f"GPUs 0-{tp - 1}"
+        lines.append(f"rollout: one vLLM engine (tensor parallel {tp}) on {gpus}, beside "
+                     "learner rank 0")
+        if gpu:
+            lines.append(f"{pad}gpu_memory_utilization {util}")
+        note = (f"gpu_memory_utilization {util} of the GPU; it needs at least "
+                f"{need / GiB:.1f} GiB:\n  bf16 weights and the KV cache of one "
+                f"{max_len}-token episode")
+        if gpu and rollout < need:
+            problems.append(f"vLLM gets {rollout / GiB:.1f} GiB (gpu_memory_utilization {util}) "
+                            f"but needs at least {need / GiB:.1f} GiB: raise "
+                            "rollout.engine_kwargs.gpu_memory_utilization or "
+                            "tensor_parallel_size")
+    else:
+        kv = 2 * shape.layers * shape.kv_heads * shape.hd * 4 * longest * min(
+            256, cfg.env.num_envs * max(1, r.samples_per_prompt))
+        copies = (d.learner_ranks > 1) + (cfg.loop.mode == "async")
+        need = rollout = 4 * shape.params * copies + kv
+        lines.append(f"rollout: the hf engine on rank 0's {where}"
+                     + (", with a whole float32 copy of the weights" if copies else
+                        ", sharing the learner's weights"))
+        note = "float32 weight copies, the KV cache of one generation batch"
+    lines.append(f"rank 0 also runs {cfg.env.num_envs} envs ({cfg.env.id}), evaluation and "
+                 "logging")
+    plan = Plan(cfg, devices, shape, source, learner, rollout, need, note, lines, problems)
+    for name, total in plan.device_totals().items():
+        if total > devices.memory:
+            fixes = []
+            if gpu and per_node < devices.count:
+                fixes.append(f"dist.learner_ranks={devices.count * d.nnodes} (one per GPU)")
+            if not cfg.model.gradient_checkpointing:
+                fixes.append("model.gradient_checkpointing=true")
+            fixes.append(f"a shorter rollout.max_input_tokens or optim.micro_batch_tokens "
+                         f"(micro-batches are {tokens} tokens)")
+            if r.engine == "vllm" and name == "GPU 0" and gpu:
+                fixes.append("a lower rollout.engine_kwargs.gpu_memory_utilization (vLLM takes "
+                             f"{rollout / GiB:.1f} GiB; it needs {need / GiB:.1f})")
+            problems.append(f"{name} needs {total / GiB:.1f} GiB of {devices.memory / GiB:.0f}; "
+                            f"try {'; or '.join(fixes)}")
+    return plan
+
+
+# ------------------------------------------------------------------------------ measuring
+def measure_peak(fn: Any) -> tuple[Any, float]:
+    """(fn(), the peak of tensor memory allocated while it ran, in bytes above what was
+    allocated when it started): on a GPU from CUDA's allocator statistics, on a CPU from the
+    profiler's allocation trace (tracemalloc does not see torch's allocator)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        start = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = fn()
+        torch.cuda.synchronize()
+        return out, float(torch.cuda.max_memory_allocated() - start)
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
+    cur = peak = 0
+    for _, n in events:
+        cur += n
+        peak = max(peak, cur)
+    return out, float(peak)
+
+
+def tensor_bytes(*objs: Any) -> float:
+    """Bytes of the distinct tensors in `objs` (modules' parameters and gradients, optimisers'
+    state, tensors), each storage counted once."""
+    import torch
+
+    seen: set[int] = set()
+    total = 0
+
+    def add(t: Any) -> None:
+        nonlocal total
+        if hasattr(t, "to_local"):  # a DTensor: this rank's shard
+            t = t.to_local()
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen:
+            seen.add(t.untyped_storage().data_ptr())
+            total += t.untyped_storage().nbytes()
+
+    for obj in objs:
+        if isinstance(obj, torch.nn.Module):
+            for p in obj.parameters():
+                add(p)
+                add(p.grad)
+        elif isinstance(obj, torch.optim.Optimizer):
+            for state in obj.state.values():
+                for v in state.values():
+                    add(v)
+        else:
+            add(obj)
+    return float(total)
+
+
+__all__ = ["Devices", "Estimate", "ModelShape", "Plan", "learner_estimate", "measure_peak",
+           "model_shape", "parse_devices", "placement", "tensor_bytes"]
