@@ -5,6 +5,7 @@ where the attack is waiting, generous deadlines (polling) for everything else.""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -313,7 +314,9 @@ def test_oversized_messages_from_many_sessions_leave_the_server_up() -> None:
                 assert ask(ws, {"op": "open"})["ok"]
                 big = ask(ws, {"op": "step", "action": "x" * 20_000})
                 assert big["error"]["type"] == "MessageTooBig"
-                ws.send("y" * (1 << 21))  # past the transport limit
+                # past the transport limit: the server may close before the send is done
+                with contextlib.suppress(ConnectionClosed):
+                    ws.send("y" * (1 << 21))
             for ws in sockets:
                 assert closed_with(ws)[0] == 1009
         finally:
