@@ -75,6 +75,11 @@ class EvalEpisode(Episode):
 
 @dataclass
 class Summary:
+    """What a run scored. `ci95` is accuracy's 95% interval (Wilson's, over the successes of
+    the scored episodes); `mean_reward_ci95` is the mean reward's (normal approximation).
+    Numbers that do not exist (no scored episode) are NaN here and null in `to_dict`, with
+    `message` saying why."""
+
     env_id: str
     agent: str
     n: int
@@ -88,11 +93,57 @@ class Summary:
     requested: int = 0  # episodes asked for; n < requested when a run was interrupted
     complete: bool = True
     tokens: dict[str, int | None] = field(default_factory=dict)
+    mean_reward_ci95: tuple[float, float] = (math.nan, math.nan)
+    scored: int = 0
+    successes: int = 0
+    message: str | None = None  # why accuracy and mean reward are missing
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: tuples as lists, NaN and infinities as None."""
         d = asdict(self)
         d["ci95"] = list(self.ci95)
-        return d
+        d["mean_reward_ci95"] = list(self.mean_reward_ci95)
+        return finite(d)
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN or infinite float (at any depth) replaced by None, so that
+    `json.dumps(..., allow_nan=False)` writes valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """`json.dumps` of `finite(value)` with `allow_nan=False`: every JSON file a run writes
+    goes through here, so a NaN that slips past `finite` fails loudly instead of writing a
+    file no JSON parser reads."""
+    return json.dumps(finite(value), allow_nan=False, **kwargs)
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's score interval of a proportion (95% by default): it stays inside [0, 1] and
+    behaves at 0% and 100%. NaN for n = 0."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mean_ci95(values: list[float]) -> tuple[float, float]:
+    """95% interval of a mean by the normal approximation (sample sd); NaN below 2 values."""
+    m = len(values)
+    if m < 2:
+        return (math.nan, math.nan)
+    mean = sum(values) / m
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (m - 1))
+    return (mean - 1.96 * sd / math.sqrt(m), mean + 1.96 * sd / math.sqrt(m))
 
 
 def ci95(rewards: list[float]) -> tuple[float, float]:
@@ -101,24 +152,29 @@ def ci95(rewards: list[float]) -> tuple[float, float]:
     m = len(rewards)
     if m == 0:
         return (float("nan"), float("nan"))
-    mean, z = sum(rewards) / m, 1.96
     if all(r in (0.0, 1.0) for r in rewards):
-        centre = (mean + z * z / (2 * m)) / (1 + z * z / m)
-        half = z * math.sqrt(mean * (1 - mean) / m + z * z / (4 * m * m)) / (1 + z * z / m)
-        return (centre - half, centre + half)
-    if m == 1:
-        return (float("nan"), float("nan"))
-    sd = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (m - 1))
-    return (mean - z * sd / math.sqrt(m), mean + z * sd / math.sqrt(m))
+        return wilson(int(sum(rewards)), m)
+    return mean_ci95(rewards)
+
+
+def no_score_message(records: list[dict[str, Any]]) -> str:
+    """Why a run has no accuracy: no episode, or every one an infra error (with the first)."""
+    if not records:
+        return "no scored episode: no episode was recorded"
+    first = next((r.get("error") for r in records if r.get("error")), None)
+    return (f"no scored episode: every one of the {len(records)} episodes was an infra error"
+            + (f" (first: {first})" if first else ""))
 
 
 def summarise(env_id: str, agent: str, records: list[dict[str, Any]], seconds: float,
               requested: int | None = None) -> Summary:
-    """Mean reward and its 95% interval over episodes without infra errors; accuracy is the
-    fraction of them whose outcome is `success`. `records` are episodes.jsonl lines."""
+    """Accuracy (the fraction of episodes without infra errors whose outcome is `success`)
+    with its Wilson interval, and the mean reward over the same episodes with its own
+    interval. `records` are episodes.jsonl lines."""
     scored = [r for r in records if not r["infra_error"]]
     rewards = [float(r["reward"]) for r in scored]
     m = len(rewards)
+    wins = sum(r["outcome"] == "success" for r in scored)
     outcomes: dict[str, int] = {}
     for r in records:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
@@ -128,11 +184,11 @@ def summarise(env_id: str, agent: str, records: list[dict[str, Any]], seconds: f
     requested = len(records) if requested is None else requested
     return Summary(
         env_id=env_id, agent=agent, n=len(records), mean_reward=sum(rewards) / m if m else math.nan,
-        accuracy=(sum(r["outcome"] == "success" for r in scored) / m) if m else math.nan,
-        ci95=ci95(rewards), infra_errors=len(records) - m,
+        accuracy=wins / m if m else math.nan, ci95=wilson(wins, m), infra_errors=len(records) - m,
         mean_turns=(sum(r["turns"] for r in records) / len(records)) if records else 0.0,
         outcomes=outcomes, seconds=seconds, requested=requested,
-        complete=len(records) >= requested, tokens=tokens)
+        complete=len(records) >= requested, tokens=tokens, mean_reward_ci95=mean_ci95(rewards),
+        scored=m, successes=wins, message=None if m else no_score_message(records))
 
 
 def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8,
@@ -410,17 +466,17 @@ class RunDir:
 
         record = {**config, "skyhub_version": __version__,
                   "started": datetime.now(UTC).isoformat(timespec="seconds")}
-        (self.path / "run.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        (self.path / "run.json").write_text(dumps(record, indent=2, default=str) + "\n")
         self._file = episodes.open("a", encoding="utf-8")
         return kept
 
     def append(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+        self._file.write(dumps(record, default=str, ensure_ascii=False) + "\n")
         self._file.flush()
 
     def write_summary(self, summary: Summary) -> None:
         self._file.close()
-        (self.path / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+        (self.path / "summary.json").write_text(dumps(summary.to_dict(), indent=2) + "\n")
 
 
 def load_records(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -17,6 +17,10 @@ Failures are sorted by what the user can do about them:
   the harness records as an infra error of that episode, not as a wrong answer;
 - a missing or rejected key (401/403) or a wrong URL or model name (404) raise `UsageError` at
   once: retrying cannot fix them and the message says what to change;
+- a dead endpoint (connection refused, a host name that does not resolve, a TLS failure) before
+  the server has ever answered raises `UsageError` at once, naming the base URL: nothing
+  listens there, and retrying 1,000 episodes against it would only waste the run. Once the
+  server has answered a request, the same errors are a flaky server's and are retried;
 - other client errors (400: the prompt exceeds the context window, a bad parameter...) raise
   `AgentError` at once with the server's explanation.
 """
@@ -27,6 +31,8 @@ import http.client
 import json
 import os
 import random
+import socket
+import ssl
 import threading
 import time
 import urllib.error
@@ -103,6 +109,7 @@ class OpenAIAgent(Agent):
         self._lock = threading.Lock()
         self._rng = random.Random(seed)
         self._opener = urllib.request.build_opener()
+        self._answered = False  # has the server ever answered (any HTTP status)?
 
     # -- public -------------------------------------------------------------------------
 
@@ -172,11 +179,15 @@ class OpenAIAgent(Agent):
         req = urllib.request.Request(self.url, data=data, headers=self._headers(), method="POST")
         try:
             with self._opener.open(req, timeout=self.timeout) as resp:
+                self._answered = True
                 raw = resp.read()
         except urllib.error.HTTPError as e:
+            self._answered = True
             raise self._http_error(e) from None
         except urllib.error.URLError as e:
             reason = e.reason
+            if not self._answered and (dead := self._dead_endpoint(reason)) is not None:
+                raise dead from None
             if isinstance(reason, TimeoutError):
                 raise _Transient(f"timed out after {self.timeout:g} s (connecting)") from None
             if isinstance(reason, OSError | str):
@@ -186,8 +197,29 @@ class OpenAIAgent(Agent):
             raise _Transient(f"timed out after {self.timeout:g} s (waiting for the reply)") \
                 from None
         except (ConnectionError, http.client.HTTPException, OSError) as e:
+            if not self._answered and (dead := self._dead_endpoint(e)) is not None:
+                raise dead from None
             raise _Transient(f"connection error: {type(e).__name__}: {e}") from None
         return self._parse(raw)
+
+    def _dead_endpoint(self, reason: object) -> UsageError | None:
+        """The fix for an endpoint that has never answered: nothing listens there, its host
+        name does not resolve, or TLS fails. None for other errors (retried)."""
+        where = f"{self.name}: cannot reach {self.base_url}"
+        if isinstance(reason, ConnectionRefusedError):
+            return UsageError(
+                f"{where} (connection refused: nothing listens there). Check --base-url "
+                "(host, port, http vs https; e.g. http://localhost:8000/v1) and that the "
+                "server (vllm serve, sglang...) is running and has finished starting.")
+        if isinstance(reason, socket.gaierror):
+            return UsageError(
+                f"{where} (the host name does not resolve: {reason}). Check the host in "
+                "--base-url or $OPENAI_BASE_URL, and your network/DNS.")
+        if isinstance(reason, ssl.SSLError | ssl.CertificateError):
+            return UsageError(
+                f"{where} (TLS failed: {reason}). Check http:// vs https:// in --base-url (a "
+                "local server usually speaks plain http) and the server's certificate.")
+        return None
 
     def _parse(self, raw: bytes) -> Reply:
         try:

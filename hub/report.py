@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from skyhub.evaluate import ci95, load_records
+from skyhub.evaluate import ci95, load_records, mean_ci95
 from skyhub.suites import Suite
 
 # meta keys worth a per-value table, in the order their tables appear
@@ -99,6 +99,7 @@ def headline(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "accuracy": _mean(wins),
         "ci95": ci95(wins),
         "mean_reward": _mean(rewards),
+        "mean_reward_ci95": mean_ci95(rewards),
         "infra_errors": len(records) - len(scored),
         "mean_turns": _mean(turns),
         "tokens": tokens,
@@ -484,7 +485,9 @@ def write_report(run_dir: str | Path, *, title: str | None = None) -> dict[str, 
         f" (known for {h['tokens_known']} of {h['episodes']} episodes)"
     rows = [("episodes", h["episodes"]), ("scored (non-infra)", h["scored"]),
             ("accuracy", _fmt(h["accuracy"])), ("95% CI", _fmt_ci(h["ci95"])),
-            ("mean reward", _fmt(h["mean_reward"])), ("infra errors", h["infra_errors"]),
+            ("mean reward", _fmt(h["mean_reward"])),
+            ("mean reward 95% CI", _fmt_ci(h["mean_reward_ci95"])),
+            ("infra errors", h["infra_errors"]),
             ("mean turns", _fmt(h["mean_turns"], 2)),
             ("tokens prompt", _fmt_int(tokens["prompt"]) + token_note),
             ("tokens completion", _fmt_int(tokens["completion"]) + token_note),
@@ -494,8 +497,9 @@ def write_report(run_dir: str | Path, *, title: str | None = None) -> dict[str, 
         rows.append(("wall time s (summary.json)", _fmt(summary["seconds"], 1)))
     blocks += [("h2", "Headline"), ("table", ["metric", "value"], rows),
                ("p", "Accuracy: success fraction among episodes without an infra error; its "
-                     "95% CI is Wilson's interval. Mean reward is over the same episodes; "
-                     "infra errors are counted apart, never scored 0.")]
+                     "95% CI is Wilson's interval over the successes. Mean reward is over the "
+                     "same episodes, its 95% CI by the normal approximation; infra errors "
+                     "are counted apart, never scored 0.")]
 
     for key in slice_keys(records):
         blocks += [("h2", f"By {key}"), ("table", ["value", "episodes", "accuracy", "95% CI",

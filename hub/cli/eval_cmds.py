@@ -82,16 +82,34 @@ def _default_out(env_id: str, agent: str) -> Path:
     return Path("runs") / "eval" / f"{env_id}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _num(x: float) -> str:
+    return "n/a" if x is None or x != x or x in (float("inf"), float("-inf")) else f"{x:.3f}"
+
+
+def _interval(ci: Any) -> str:
+    lo, hi = ci
+    return "n/a" if "n/a" in (_num(lo), _num(hi)) else f"[{_num(lo)}, {_num(hi)}]"
+
+
 def _summary_table(title: str, s: Any) -> Table:
+    """Accuracy with its own (Wilson) interval, mean reward with its own (normal) one."""
     table = Table(title=title, title_justify="left")
-    for col in ("episodes", "accuracy", "95% CI", "mean reward", "mean turns", "infra errors",
-                "seconds"):
+    for col in ("episodes", "accuracy", "acc 95% CI", "mean reward", "reward 95% CI",
+                "mean turns", "infra errors", "seconds"):
         table.add_column(col, justify="right")
-    lo, hi = s.ci95
     n = f"{s.n}" if s.complete else f"{s.n} of {s.requested}"
-    table.add_row(n, f"{s.accuracy:.3f}", f"[{lo:.3f}, {hi:.3f}]", f"{s.mean_reward:.3f}",
-                  f"{s.mean_turns:.2f}", str(s.infra_errors), f"{s.seconds:.1f}")
+    table.add_row(n, _num(s.accuracy), _interval(s.ci95), _num(s.mean_reward),
+                  _interval(s.mean_reward_ci95), f"{s.mean_turns:.2f}", str(s.infra_errors),
+                  f"{s.seconds:.1f}")
     return table
+
+
+def _no_score_exit(console: Console, summary: Any) -> None:
+    """A run with no scored episode has no result: say why and exit 2."""
+    if summary.scored == 0:
+        console.print(Text(f"error: {summary.message}. Fix the cause and rerun with --resume "
+                           "(it reruns the infra errors).", style="red"))
+        raise typer.Exit(2)
 
 
 def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int | None,
@@ -185,6 +203,7 @@ def run_cmd(
     console.print(f"episodes: {out / 'episodes.jsonl'}  summary: {out / 'summary.json'}")
     if report:
         _write_report(out, console)
+    _no_score_exit(console, summary)
 
 
 def _write_report(run_dir: Path, console: Console) -> None:
@@ -211,9 +230,8 @@ def compare_cmd(
 
     Accuracy with 95% CI per run; for each run against the first, the paired difference with
     its bootstrap CI, McNemar's exact p and a sign-flip test p."""
-    import json
-
     from skyhub.compare import compare_runs
+    from skyhub.evaluate import dumps
 
     if len(runs) < 2:
         raise typer.BadParameter("give at least two run directories", param_hint="RUNS")
@@ -222,7 +240,7 @@ def compare_cmd(
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".md").write_text(comparison.to_markdown() + "\n")
-        out.with_suffix(".json").write_text(json.dumps(comparison.to_dict(), indent=2) + "\n")
+        out.with_suffix(".json").write_text(dumps(comparison.to_dict(), indent=2) + "\n")
         _console().print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.json')}")
 
 
@@ -276,6 +294,7 @@ def suite_cmd(
                        max_retries=max_retries)
     out = out if out is not None else _default_out(suite.name, the_agent.name)
     run_dirs: dict[str, Path | None] = {r.name: None for r in suite.runs}
+    unscored: list[Any] = []  # summaries of columns without a scored episode
     try:
         for r in runs:
             kwargs = dict(r.kwargs)
@@ -292,6 +311,8 @@ def suite_cmd(
                 continue
             run_dirs[r.name] = out / r.name
             console.print(_summary_table(f"{suite.name} / {r.name}: {the_agent.name}", summary))
+            if summary.scored == 0:
+                unscored.append(summary)
     except KeyboardInterrupt:
         console.print(Text(f"interrupted: continue with the same command and --resume --out "
                            f"{out}", style="yellow"))
@@ -303,3 +324,6 @@ def suite_cmd(
             _write_report(d, console)
     paths = write_suite_report(out, suite, run_dirs, label=the_agent.name)
     console.print(f"suite report: {paths['markdown']} and {paths['html']}")
+    ran = [d for d in run_dirs.values() if d is not None]
+    if unscored and len(unscored) == len(ran):
+        _no_score_exit(console, unscored[0])

@@ -112,6 +112,32 @@ def list_cmd(
                                              style="yellow"))
 
 
+def _kwargs_table(spec: Any) -> Table:
+    """The kwargs the env accepts: name, default (the registered one where given), type and
+    what its docstring says."""
+    import inspect
+    import typing
+
+    from skyhub.registry import accepted_kwargs
+
+    accepted, complete = accepted_kwargs(spec)
+    table = Table(title="kwargs (name=value after the id)" + (
+        "" if complete else "; it also takes others this list cannot show"),
+        title_justify="left")
+    for col in ("kwarg", "default", "type", "description"):
+        table.add_column(col)
+    for name in sorted(accepted):
+        k = accepted[name]
+        default = spec.kwargs.get(name, k.default)
+        shown = "(required)" if default is inspect.Parameter.empty else repr(default)
+        kind = "" if k.annotation is None else (
+            getattr(k.annotation, "__name__", None) if typing.get_origin(k.annotation) is None
+            else None) or str(k.annotation).replace("typing.", "").replace("pathlib.", "")
+        doc = k.doc if len(k.doc) <= 90 else k.doc[:87].rstrip() + "..."
+        table.add_row(name, Text(shown), Text(kind), Text(doc))
+    return table
+
+
 @app.command()
 @_friendly_errors
 def info(env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-arith.")],
@@ -132,6 +158,7 @@ def info(env_id: Annotated[str, typer.Argument(help="The env id, e.g. toy-arith.
     grid.add_row("tags", ", ".join(spec.tags))
     grid.add_row("source", spec.source)
     out.print(grid)
+    out.print(_kwargs_table(spec))
     env = spec.make(**env_kwargs)
     try:
         out.print(Panel(Text(env.system_prompt or "(none)"), title="system prompt"))

@@ -120,12 +120,39 @@ def test_permanent_failure_raises_agent_error_after_all_retries() -> None:
         assert agent.act(ask("fine"), no_reference).text == "echo: fine"
 
 
-def test_connection_refused_is_retried_then_agent_error() -> None:
+def test_connection_refused_before_any_answer_is_a_usage_error_at_once() -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     agent = OpenAIAgent("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2,
                         backoff_s=0.001, timeout=2)
+    with pytest.raises(UsageError, match=r"connection refused") as e:
+        agent.act(ask("anyone?"), no_reference)
+    assert f"http://127.0.0.1:{port}/v1" in str(e.value) and "--base-url" in str(e.value)
+    assert agent.stats == {"requests": 1, "retries": 0, "failures": 1}  # not retried
+
+
+def test_unresolvable_host_is_a_usage_error_at_once() -> None:
+    agent = OpenAIAgent("m", base_url="http://no-such-host.invalid/v1", max_retries=3,
+                        backoff_s=0.001, timeout=5)
+    with pytest.raises(UsageError, match=r"does not resolve") as e:
+        agent.act(ask("anyone?"), no_reference)
+    assert "no-such-host.invalid" in str(e.value) and agent.stats["retries"] == 0
+
+
+def test_tls_to_a_plain_http_server_is_a_usage_error_at_once() -> None:
+    with ScriptedOpenAIServer() as server:
+        agent = OpenAIAgent("m", base_url=server.base_url.replace("http://", "https://"),
+                            max_retries=3, backoff_s=0.001, timeout=5)
+        with pytest.raises(UsageError, match=r"TLS failed.*http://"):
+            agent.act(ask("anyone?"), no_reference)
+        assert agent.stats["retries"] == 0
+
+
+def test_connection_refused_after_the_server_answered_is_retried_then_agent_error() -> None:
+    with ScriptedOpenAIServer() as server:  # a server that answered, then went away
+        agent = make(server, max_retries=2)
+        assert agent.act(ask("hello"), no_reference).text == "echo: hello"
     with pytest.raises(AgentError, match=r"3 attempts.*connection error"):
         agent.act(ask("anyone?"), no_reference)
 

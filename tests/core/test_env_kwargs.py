@@ -1,0 +1,149 @@
+"""Env kwargs are validated against what the env accepts (issue 23, item 4): an unknown kwarg
+is a UsageError with "did you mean", a value of the wrong type names the expected type, and
+`skyhub info` lists the kwargs. Envs whose `__init__` forwards `**kwargs` are followed to the
+real signatures (super().__init__, a loader, a dispatch table); where they cannot be followed,
+nothing is refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import skyhub
+from skyhub import Task, TaskSet, TextEnv
+from skyhub.cli.main import app
+from skyhub.errors import UsageError
+from skyhub.registry import accepted_kwargs, list_envs, unregister
+
+
+@pytest.mark.parametrize("env_id", ["toy-lookup", "sql-spider"])
+def test_misspelled_kwarg_is_a_usage_error_with_did_you_mean(env_id: str) -> None:
+    with pytest.raises(UsageError, match=r"did you mean 'max_turns'") as e:
+        skyhub.make(env_id, max_turn=3)
+    assert "max_turns=" in str(e.value)  # the accepted kwargs are listed, with defaults
+
+
+def test_make_vec_refuses_a_misspelled_kwarg() -> None:
+    from skyhub.vector import make_vec
+
+    with pytest.raises(UsageError, match=r"did you mean 'max_turns'"):
+        make_vec("toy-lookup", 2, max_turn=3)
+
+
+@pytest.mark.parametrize("env_id, kwargs, expected", [
+    ("toy-lookup", {"max_turns": "three"}, "expects int"),
+    ("sql-spider", {"max_rows": "many"}, "expects int"),
+    ("sql-spider", {"result_cache": 3}, "expects bool"),
+    ("sql-spider", {"data_dir": [1]}, "expects str or a path or None"),
+])
+def test_a_value_of_the_wrong_type_names_the_expected_type(env_id: str, kwargs: dict,
+                                                           expected: str) -> None:
+    with pytest.raises(UsageError, match=expected):
+        skyhub.make(env_id, **kwargs)
+
+
+def test_forwarded_kwargs_still_reach_their_loader() -> None:
+    """sql-spider's **dataset_kwargs go to the dataset dispatcher; toy's to the task makers:
+    what those take is accepted (and used)."""
+    with skyhub.make("sql-synth", n_tasks=4, n_databases=2, difficulty="easy") as env:
+        assert len(env.tasks) == 4
+    with skyhub.make("toy-lookup", table_size=3, n_tasks=5) as env:
+        assert len(env.tasks) == 5 and len(env.tasks[0].meta["table"]) == 3
+    with skyhub.make("toy-recall", n_words=4, hops=2, n_tasks=3) as env:
+        assert len(env.tasks) == 3
+    accepted, complete = accepted_kwargs("sql-spider")
+    assert complete and {"variant", "spider_dir", "skyrl_eval", "max_turns"} <= set(accepted)
+
+
+def test_every_registered_env_lists_its_kwargs_with_the_registered_defaults() -> None:
+    for s in list_envs():
+        accepted, _ = accepted_kwargs(s)
+        assert set(s.kwargs) <= set(accepted), s.id  # the registered kwargs are accepted
+        assert "max_turns" in accepted, s.id
+
+
+class ForwardsSomewhereUnknown(TextEnv):
+    """Stores its **kwargs: what it accepts cannot be known, so nothing may be refused."""
+
+    def __init__(self, *, size: int = 1, **options: Any) -> None:
+        super().__init__()
+        self.options = options
+        self.tasks = TaskSet([Task(id=f"t{k}", prompt="p", answer="a") for k in range(size)])
+
+
+class PopsAKwarg(TextEnv):
+    def __init__(self, **kwargs: Any) -> None:
+        self.flag = kwargs.pop("flag", False)
+        super().__init__(**kwargs)
+
+
+class Declares(TextEnv):
+    """Says where its **kwargs go with `kwargs_targets`."""
+
+    def __init__(self, *, mode: str = "a", **extra: Any) -> None:
+        super().__init__()
+        self.extra = _loader(**extra)
+
+    @staticmethod
+    def kwargs_targets(kwargs: dict[str, Any]) -> list[Any]:
+        return [_loader]
+
+
+def _loader(*, depth: int = 1) -> int:
+    return depth
+
+
+@pytest.fixture
+def env_ids():
+    ids: list[str] = []
+    yield ids
+    for i in ids:
+        unregister(i)
+
+
+def test_unfollowable_kwargs_are_never_refused(env_ids: list[str]) -> None:
+    env_ids += ["test-kw-unknown", "test-kw-pops"]
+    skyhub.register("test-kw-unknown", ForwardsSomewhereUnknown, override=True)
+    skyhub.register("test-kw-pops", PopsAKwarg, override=True)
+    env = skyhub.make("test-kw-unknown", anything=1, size=2)
+    assert env.options == {"anything": 1} and len(env.tasks) == 2
+    assert skyhub.make("test-kw-pops", flag=True).flag is True
+    assert accepted_kwargs("test-kw-pops")[1] is False
+    with pytest.raises(UsageError, match="expects int"):  # the named ones are still typed
+        skyhub.make("test-kw-unknown", size="two")
+
+
+def test_kwargs_targets_hook(env_ids: list[str]) -> None:
+    env_ids.append("test-kw-declares")
+    skyhub.register("test-kw-declares", Declares, override=True)
+    assert skyhub.make("test-kw-declares", depth=3).extra == 3
+    with pytest.raises(UsageError, match=r"did you mean 'depth'"):
+        skyhub.make("test-kw-declares", dept=3)
+
+
+def test_remote_kwargs_are_not_validated_here() -> None:
+    """remote=/token= make a client of a served env: the id need not even be registered."""
+    from skyhub.registry import make
+
+    with pytest.raises(Exception) as e:  # nothing serves there; no kwarg refusal
+        make("not-registered-here", remote="ws://127.0.0.1:9", token="t", max_turn=3)
+    assert not isinstance(e.value, UsageError) or "did you mean" not in str(e.value)
+
+
+def test_cli_info_lists_kwargs_and_eval_play_refuse_a_misspelled_one(tmp_path) -> None:
+    r = CliRunner().invoke(app, ["info", "toy-lookup"])
+    assert r.exit_code == 0, r.output
+    assert "max_turns" in r.output and "table_size" in r.output and "tasks_file" in r.output
+    r = CliRunner().invoke(app, ["info", "sql-spider"])
+    assert r.exit_code == 0 and "protocol" in r.output and "'skyrl-train'" in r.output
+    for args in (["eval", "toy-lookup", "max_turn=3", "--agent", "oracle", "--n", "2",
+                  "--out", str(tmp_path / "run")],
+                 ["play", "toy-lookup", "max_turn=3"],
+                 ["eval", "toy-lookup", "max_turns=abc", "--agent", "oracle", "--n", "2",
+                  "--out", str(tmp_path / "run2")]):
+        r = CliRunner().invoke(app, args, input="")
+        assert r.exit_code == 2, (args, r.output)
+        assert "did you mean 'max_turns'" in r.output or "expects int" in r.output
+        assert "Traceback" not in r.output
