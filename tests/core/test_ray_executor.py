@@ -10,6 +10,7 @@ import copy
 import functools
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,10 @@ def test_killed_actor_mid_episode_is_infra_error_and_env_is_recreated() -> None:
         venv.step(["a"] * 3)
         victim = worker(venv, 1)
         ray.kill(victim.actor)
+        # ray.kill is asynchronous: under load the next call could still reach the actor
+        deadline = time.monotonic() + 60
+        while victim.name in env_actors() and time.monotonic() < deadline:
+            time.sleep(0.05)
         obs, rewards, terms, truncs, infos = venv.step(["b"] * 3)
         assert infos[1]["infra_error"] is True and infos[1]["outcome"] == "error"
         assert "died" in infos[1]["error"] and truncs[1] and not terms[1] and rewards[1] == 0.0
