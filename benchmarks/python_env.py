@@ -5,10 +5,12 @@
 - cell round trip: `KernelSession.run("1 + 1")` through skyhub's kernel bridge inside the
   sandbox, against the baseline of jupyter_client talking straight to a kernel on the host
   (no sandbox, no bridge): what the isolation costs per cell. Goal: <= 2x.
-- reset: `KernelSession.reset()` with the bridge's warm spare kernel (the default), against
-  `reset(cold=True)`, which starts a kernel then and there (what a reset costs without the
-  pool). Goal: pooled >= 10x faster. Between resets we wait for the spare to warm up, as an
-  episode of a few turns would; only the reset call is timed.
+- reset: `KernelSession.reset()` with the session's standby sandbox (the default: a second
+  sandbox, already recycled, with a fresh kernel), against `reset(cold=True)`, a full
+  recycle then and there (every process killed, the workdir restored, a new bridge and
+  kernel: what a reset costs without the standby). Goal: pooled >= 10x faster. Between
+  resets we wait for the standby to be recycled, as an episode of a few turns would; only
+  the reset call is timed.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def session_times(backend: str, cells: int, resets: int) -> dict[str, list[float
             times["cell"].append(time.perf_counter() - t)
             assert r.result == "2", r
         for _ in range(resets):
-            time.sleep(2.5)  # the spare warms up while an episode runs
+            time.sleep(2.5)  # the standby is recycled while an episode runs
             t = time.perf_counter()
             s.reset()
             times["pooled"].append(time.perf_counter() - t)

@@ -1,8 +1,12 @@
 """`CodeEnv` (`python-code`): write a program with a kernel's help; hidden tests grade it.
 
-The final program is graded in a *separate* sandbox, restored to a clean state before each
-grading, so nothing the agent left in its kernel (monkeypatched builtins, files, background
-processes) can make a test pass.
+The final program is graded in a *separate* sandbox, restored to a clean state (every process
+killed) before each grading, so nothing the agent left in its kernel (monkeypatched builtins,
+files, background processes) can make a test pass; within the grading, the tests run in a
+process the program cannot reach (`skyhub.envs.python.harness`). A program that breaks the
+grading from inside (kills the harness or the in-sandbox agent) fails the tests it left
+without a verdict, with `sandbox_broken=True`; only a grading sandbox that is gone (its
+container or daemon) is an infra error.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from . import protocol
 from .code_tasks import load_code_tasks
 from .env import KernelEnv
 from .grader import grade
-from .kernel import make_sandbox
+from .runtime import make_sandbox
 
 
 class CodeEnv(KernelEnv):
@@ -40,14 +44,24 @@ class CodeEnv(KernelEnv):
 
     def _grading_sandbox(self) -> tuple[Sandbox, str]:
         """The grading sandbox (made once, restored to clean before every use) and its
-        python."""
-        if self._grader is None:
-            sb, argv = make_sandbox(self.backend, cpus=self.cpus, memory_mb=self.memory_mb,
-                                    pool="python-grader")
+        python. One that no longer restores (the last program left what a restore cannot
+        undo, or its container died) is replaced by a new one."""
+        if self._grader is not None:
+            sb, python, clean = self._grader
+            try:
+                sb.restore(clean, kill_processes=True)
+                return sb, python
+            except Exception:
+                self._grader = None
+                sb.close()
+        sb, argv = make_sandbox(self.backend, cpus=self.cpus, memory_mb=self.memory_mb,
+                                pool="python-grader")
+        try:
             self._grader = (sb, argv[0], sb.snapshot())
-        sb, python, clean = self._grader
-        sb.restore(clean, kill_processes=True)
-        return sb, python
+        except BaseException:
+            sb.close()
+            raise
+        return sb, argv[0]
 
     def finish(self, content: str) -> tuple[float, str, dict[str, float], dict[str, Any]]:
         assert self.task is not None
@@ -62,6 +76,8 @@ class CodeEnv(KernelEnv):
         breakdown = {"passed": float(result.passed), "total": float(result.total),
                      "fraction": result.fraction}
         extra: dict[str, Any] = {"error": result.error} if result.error else {}
+        if result.sandbox_broken:
+            extra["sandbox_broken"] = True
         if result.infra_error:
             return 0.0, "error", breakdown, extra
         reward = 1.0 if result.all_passed else (result.fraction if self.partial_credit else 0.0)

@@ -1,8 +1,15 @@
 """`KernelEnv`: the multi-turn loop shared by the Python envs (cells in, outputs out).
 
 Each env owns one `KernelSession` (a sandbox with a Jupyter kernel), made at the first
-`reset` and reused: later resets swap in the bridge's warm spare kernel and restore the empty
-workdir, so an episode starts in milliseconds. Subclasses say how a final answer is scored.
+`reset` and reused: a later reset swaps in a standby sandbox that was emptied of every process,
+restored and given a new kernel while the last episode ran, so an episode starts in
+milliseconds and nothing of the previous one survives. Subclasses say how a final answer is
+scored.
+
+Blame (hub/env.py's infra-error rule): a cell that kills or hijacks the sandbox's Python
+runtime gets an observation saying so, a new runtime, and `sandbox_broken=True` in the step's
+info; only a sandbox that cannot be brought back (its container or daemon gone) is
+`infra_error`.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ class KernelEnv(TextEnv):
 
     Kwargs: `backend` ("auto": docker when a daemon answers, else local bubblewrap),
     `max_turns`, `cell_timeout` (s; the cell is interrupted, the kernel kept), `max_output`
-    (bytes kept per output stream, head and tail), `cpus`, `memory_mb` (the sandbox's limits).
+    (bytes kept per output stream, head and tail), `cpus`, `memory_mb` (the sandbox's limits),
+    `warm_reset` (keep a second, clean sandbox ready so resets take milliseconds; False
+    halves the sandboxes and makes each reset wait for a kernel's cold start, ~1-2 s).
     """
 
     stop_strings = ("</python>", "</answer>")
@@ -32,7 +41,8 @@ class KernelEnv(TextEnv):
     prompt_template = ""
 
     def __init__(self, *, backend: str = "auto", max_turns: int = 8, cell_timeout: float = 10.0,
-                 max_output: int = 4096, cpus: float = 1.0, memory_mb: int = 2048) -> None:
+                 max_output: int = 4096, cpus: float = 1.0, memory_mb: int = 2048,
+                 warm_reset: bool = True) -> None:
         super().__init__()
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -42,17 +52,19 @@ class KernelEnv(TextEnv):
             raise ValueError(f"backend must be 'auto', 'docker' or 'local', not {backend!r}")
         self.backend, self.max_turns, self.cell_timeout = backend, max_turns, cell_timeout
         self.max_output, self.cpus, self.memory_mb = max_output, cpus, memory_mb
+        self.warm_reset = warm_reset
         self.system_prompt = self.prompt_template.format(max_turns=max_turns,
                                                          timeout=cell_timeout)
         self._session: KernelSession | None = None
         self._stats: dict[str, float] = {}
+        self._broken = False  # the agent broke its sandbox's runtime this episode
 
     # -- the kernel ------------------------------------------------------------------------
     @property
     def session(self) -> KernelSession:
         if self._session is None:
             self._session = KernelSession(self.backend, cpus=self.cpus, memory_mb=self.memory_mb,
-                                          pool="python")
+                                          warm_reset=self.warm_reset, pool="python")
         return self._session
 
     def reset(self, *, seed: int | None = None,
@@ -60,6 +72,7 @@ class KernelEnv(TextEnv):
         task = self.start_episode(seed, options)
         self._stats = dict.fromkeys(("cells", "cell_errors", "timeouts", "restarts",
                                      "format_errors"), 0.0)
+        self._broken = False
         if self._session is None:
             self.session  # noqa: B018  (a new session starts with a fresh kernel)
         else:
@@ -77,6 +90,8 @@ class KernelEnv(TextEnv):
         if turn.kind == "answer":
             reward, outcome, breakdown, extra = self.finish(turn.content)
             infra = outcome == "error"
+            if self._broken:
+                extra.setdefault("sandbox_broken", True)
             return "", reward, True, False, self.make_info(
                 outcome, infra_error=infra, reward_breakdown={**self._stats, **breakdown},
                 **extra)
@@ -89,10 +104,13 @@ class KernelEnv(TextEnv):
         self._stats["cell_errors"] += cell.error is not None
         self._stats["timeouts"] += cell.timed_out
         self._stats["restarts"] += cell.restarted is not None
+        self._broken = self._broken or cell.broken
         return self._continue(protocol.output(cell.render(self.cell_timeout)),
                               duration_s=cell.duration_s)
 
     def _continue(self, obs: str, **extra: Any) -> Step:
+        if self._broken:
+            extra["sandbox_broken"] = True
         if self.turn >= self.max_turns:
             extra["error"] = f"no answer within {self.max_turns} turns"
             return obs, 0.0, False, True, self.make_info(

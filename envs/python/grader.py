@@ -4,13 +4,13 @@ The program and a small harness are written to a fresh `grade-<uuid>/` directory
 sandbox's workdir, run with `sandbox.exec`, and the directory is removed afterwards. Test kinds
 (the `tests` dict of a task's meta, see `skyhub.envs.python.code_tasks`):
 
-- `asserts` (MBPP) and `check` (HumanEval): ONE harness process executes setup + program in a
-  namespace, then each test on its own, catching `BaseException` (so `sys.exit()` in the
-  program is a failure, not an early "exit 0"). It reports one line per test tagged with a
-  random nonce that reaches it only through stdin, read before the program runs: printing
-  fake result lines, `os._exit(0)` or exiting early cannot forge a pass, and a test without
-  its line (killed process, timeout) is a failure. The program's own stdout is sent to
-  stderr so it cannot push the result lines out of the capped output.
+- `asserts` (MBPP) and `check` (HumanEval): `skyhub.envs.python.harness` runs the tests in a
+  verifier process and the program in a program server it starts, and only plain data
+  crosses between them: the program cannot rewrite the test list, patch the tests' builtins,
+  jump over an assert, hand back an object with a rigged `__eq__`, read the hidden tests or
+  forge a verdict line (the nonce that tags them, and the tests, reach the verifier on
+  stdin and live only in its undumpable memory). A test without its line (killed process,
+  timeout) is a failure.
 - `stdio` (LiveCodeBench stdin tasks): one `python -I program.py` per case, stdin = the case
   input; a pass needs exit code 0 and the same stdout up to trailing whitespace per line and
   trailing empty lines.
@@ -18,18 +18,23 @@ sandbox's workdir, run with `sandbox.exec`, and the directory is removed afterwa
   `Solution().<method>(*args)` and prints the result as JSON; the comparison with the expected
   JSON happens here, on the host, so a return value with a rigged `__eq__` gains nothing.
 
-Anything the program does is a failed test, never an exception. A sandbox that fails (an
-exception from `exec`/`write_file`, or a harness that never printed its start line) gives
-`infra_error=True` so that a trainer masks the sample instead of scoring it 0.
+Anything the program does is a failed test, never an exception. Who is to blame when the
+run breaks (hub/env.py's infra-error rule): a sandbox call that raises (the container or its
+daemon gone) or a sandbox that cannot start Python is `infra_error=True`, so a trainer masks
+the sample; a harness killed from inside (by the program: its parents, the in-sandbox agent,
+`kill -9 -1`) is scored as it stands, every test without a verdict failed, with
+`sandbox_broken=True`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import secrets
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 from skyhub.errors import UsageError
@@ -38,83 +43,6 @@ from skyhub.sandbox.base import ExecResult, Sandbox
 TAG = "SKYHUB-GRADE"
 MAX_TOTAL_TIMEOUT = 300.0  # seconds: cap on one asserts/check harness run, whatever the count
 _REASON_CHARS = 200
-
-# Runs the program and each test in one process. Everything it relies on is bound before the
-# program runs (a program that patches `os.write` later cannot reach these references), and
-# it ends with os._exit so that non-daemon threads or atexit hooks of the program cannot hang
-# or rewrite the end of the run.
-_ASSERTS_HARNESS = r'''
-import json, os, signal, sys
-
-SPEC = json.loads(__SPEC__)
-
-
-def _skyhub_grade():
-    nonce = sys.stdin.readline().strip()
-    write, dumps, setitimer, itimer = os.write, json.dumps, signal.setitimer, signal.ITIMER_REAL
-    exit_now, compile_, exec_, type_, str_ = os._exit, compile, exec, type, str
-    with open("program.py", "rb") as f:
-        program = f.read()
-    out = os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(2, 1)  # the program's prints go to stderr: stdout carries only result lines
-    limit = SPEC["limit"]
-
-    def emit(text):
-        write(out, ("\n" + "SKYHUB-GRADE " + nonce + " " + text + "\n").encode("utf-8", "replace"))
-
-    class Timeout(BaseException):
-        pass
-
-    def on_alarm(signum, frame):
-        raise Timeout()
-
-    def reason(e):
-        if isinstance(e, Timeout):
-            return "timed out after %gs" % limit
-        try:
-            name = type_(e).__name__
-            msg = str_(e)
-        except BaseException:
-            return "unprintable exception"
-        if isinstance(e, SystemExit):
-            return "SystemExit(%s): the program exited" % msg
-        text = name + (": " + msg if msg else "")
-        return text[:200]
-
-    def run(src, filename, ns):
-        setitimer(itimer, limit)
-        try:
-            exec_(compile_(src, filename, "exec"), ns)
-        finally:
-            setitimer(itimer, 0)
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    emit("start")
-    tests = SPEC["tests"]
-    ns = {"__name__": "solution", "__builtins__": __builtins__}
-    try:
-        run(SPEC["setup"], "<setup>", ns)
-        run(program, "program.py", ns)
-        run(SPEC["post"], "<tests>", ns)
-    except BaseException as e:
-        why = dumps("while loading the program: " + reason(e))
-        for i in range(len(tests)):
-            emit("%d fail %s" % (i, why))
-        exit_now(0)
-    for i, src in enumerate(tests):
-        try:
-            run(src, "<test %d>" % i, ns)
-        except BaseException as e:
-            emit("%d fail %s" % (i, dumps(reason(e))))
-        else:
-            emit("%d pass %s" % (i, dumps("")))
-    exit_now(0)
-
-
-_skyhub_grade()
-'''
 
 # Proves that the interpreter started (its line is the first thing on stderr), then becomes
 # the program itself, so the program runs exactly as `python -I program.py` would.
@@ -183,13 +111,15 @@ _skyhub_call()
 class GradeResult:
     """How many tests passed. `error` is the first failure's short reason (for the env's
     info); `infra_error` means the sandbox failed, so the score says nothing about the
-    program; `details` has one line per test."""
+    program; `sandbox_broken` that the program broke the grading's machinery from inside
+    (the score stands: tests without a verdict failed); `details` has one line per test."""
 
     passed: int
     total: int
     error: str = ""
     infra_error: bool = False
     details: list[str] = field(default_factory=list)
+    sandbox_broken: bool = False
 
     @property
     def all_passed(self) -> bool:
@@ -283,15 +213,24 @@ def _grade_in_process(sandbox: Sandbox, subdir: str, tests: dict[str, Any], pyth
         entry = str(tests["entry_point"])
         names = [f"check({entry})"]
         spec = {"setup": "", "post": str(tests["code"]), "tests": names}
-    spec["limit"] = timeout
-    harness = _ASSERTS_HARNESS.replace("__SPEC__", repr(json.dumps(spec)))
-    _call(sandbox.write_file, f"{subdir}/harness.py", harness)
+    # a test may cost its limit twice (a timed-out program is restarted, its load timed too)
+    budget = min(timeout * 2 * (total + 1), max(2 * timeout, MAX_TOTAL_TIMEOUT))
+    spec.update(limit=timeout, budget=budget)
+    _call(sandbox.write_file, f"{subdir}/harness.py", _harness_source())
     nonce = secrets.token_hex(16)
-    overall = min(timeout * (total + 1), max(2 * timeout, MAX_TOTAL_TIMEOUT)) + 2.0
-    r = _exec(sandbox, [python, "-I", "harness.py"], subdir, nonce + "\n", overall)
+    overall = budget + timeout + 30.0  # the verifier stops itself at `budget`
+    # the tests travel on stdin, read by the verifier before the program starts: they are
+    # never in a file or a process the program can read
+    r = _exec(sandbox, [python, "-I", "harness.py"], subdir,
+              nonce + "\n" + json.dumps(spec), overall)
     started, verdicts = _parse(r.stdout, nonce)
     if not started:
-        _not_started(r)
+        return _broken_or_infra(sandbox, python, r, total)
+    if f"{TAG} {nonce} insecure" in r.stdout.splitlines():
+        raise _SandboxFailed("the sandbox's Python cannot make the grading harness "
+                             "undumpable (prctl PR_SET_DUMPABLE), so the program could read "
+                             "its verdicts' nonce: not grading there")
+    ended = _ended(r.stdout, nonce)
     passed, error, details = 0, "", []
     for i, name in enumerate(names):
         verdict, why = verdicts.get(i, ("fail", ""))
@@ -304,7 +243,38 @@ def _grade_in_process(sandbox: Sandbox, subdir: str, tests: dict[str, Any], pyth
                    else f"no result: the process ended with exit code {r.exit_code}")
         details.append(f"test {i}: fail: {why}")
         error = error or f"{_short(name, 80)}: {why}"
-    return GradeResult(passed, total, error=error, details=details)
+    if not ended:  # the verifier was killed or stopped: by the program, from inside
+        error = error or "the grading harness was killed before it finished"
+    return GradeResult(passed, total, error=error, details=details, sandbox_broken=not ended)
+
+
+@functools.cache
+def _harness_source() -> str:
+    return (Path(__file__).resolve().parent / "harness.py").read_text(encoding="utf-8")
+
+
+def _ended(stdout: str, nonce: str) -> bool:
+    return f"{TAG} {nonce} end" in stdout.splitlines()
+
+
+_BROKE = "the program broke its sandbox (killed its harness or the in-sandbox agent)"
+
+
+def _blame_program(sandbox: Sandbox, python: str, r: ExecResult) -> None:
+    """For a harness run without its start line: return when the program broke the sandbox's
+    machinery from inside (killed the in-sandbox agent or the harness's parents, `kill -9
+    -1`...), which is the program's failure; `_SandboxFailed` (infra) when the sandbox cannot
+    run Python at all. A fresh interpreter answering now tells them apart."""
+    probe = _call(sandbox.exec, [python, "-I", "-c", "print('skyhub-probe')"], timeout=60)
+    if probe.exit_code != 0 or probe.stdout.strip() != "skyhub-probe":
+        _not_started(r)
+
+
+def _broken_or_infra(sandbox: Sandbox, python: str, r: ExecResult, total: int) -> GradeResult:
+    _blame_program(sandbox, python, r)
+    return GradeResult(0, total, error=f"no verdict (exit code {r.exit_code}): {_BROKE}",
+                       details=[f"test {i}: fail: no result" for i in range(total)],
+                       sandbox_broken=True)
 
 
 def _parse(stdout: str, nonce: str) -> tuple[bool, dict[int, tuple[str, str]]]:
@@ -340,14 +310,18 @@ def _grade_stdio(sandbox: Sandbox, subdir: str, cases: list[dict[str, str]], pyt
                  timeout: float) -> GradeResult:
     _call(sandbox.write_file, f"{subdir}/runner.py", _STDIO_RUNNER)
     marker = f"{TAG} start\n"
-    passed, error, details = 0, "", []
+    passed, error, details, broken = 0, "", [], False
     for i, case in enumerate(cases):
         r = _exec(sandbox, [python, "-I", "runner.py"], subdir, str(case["input"]), timeout)
-        if not r.stderr.startswith(marker):
-            _not_started(r)
+        started = r.stderr.startswith(marker)
+        if not started:
+            _blame_program(sandbox, python, r)
+            broken = True
         stderr = r.stderr[len(marker):]
         got, want = normalize_output(r.stdout), normalize_output(str(case["output"]))
-        if r.timed_out:
+        if not started:
+            why = f"no result (exit code {r.exit_code}): {_BROKE}"
+        elif r.timed_out:
             why = f"timed out after {timeout:g}s"
         elif r.exit_code != 0:
             last = stderr.strip().splitlines()[-1:] or [""]
@@ -360,7 +334,7 @@ def _grade_stdio(sandbox: Sandbox, subdir: str, cases: list[dict[str, str]], pyt
             continue
         details.append(f"case {i}: fail: {why}")
         error = error or f"case {i}: {why}"
-    return GradeResult(passed, len(cases), error=error, details=details)
+    return GradeResult(passed, len(cases), error=error, details=details, sandbox_broken=broken)
 
 
 def _grade_functional(sandbox: Sandbox, subdir: str, tests: dict[str, Any], python: str,
@@ -368,16 +342,19 @@ def _grade_functional(sandbox: Sandbox, subdir: str, tests: dict[str, Any], pyth
     harness = (_FUNCTIONAL_HARNESS.replace("__METHOD__", repr(json.dumps(str(tests["method"]))))
                .replace("__PRELUDE__", repr(json.dumps(_FUNCTIONAL_PRELUDE))))
     _call(sandbox.write_file, f"{subdir}/harness.py", harness)
-    passed, error, details = 0, "", []
+    passed, error, details, broken = 0, "", [], False
     for i, case in enumerate(tests["cases"]):
         nonce = secrets.token_hex(16)
         r = _exec(sandbox, [python, "-I", "harness.py"], subdir,
                   f"{nonce}\n{case['input']}", timeout)
         started, verdicts = _parse(r.stdout, nonce)
         if not started:
-            _not_started(r)
+            _blame_program(sandbox, python, r)
+            broken = True
         verdict, payload = verdicts.get(0, ("", ""))
-        if verdict == "result":
+        if not started:
+            why = f"no result (exit code {r.exit_code}): {_BROKE}"
+        elif verdict == "result":
             try:
                 got: Any = json.loads(payload)
             except ValueError:
@@ -395,7 +372,8 @@ def _grade_functional(sandbox: Sandbox, subdir: str, tests: dict[str, Any], pyth
             why = f"no result: the process ended with exit code {r.exit_code}"
         details.append(f"case {i}: fail: {why}")
         error = error or f"case {i}: {why}"
-    return GradeResult(passed, len(tests["cases"]), error=error, details=details)
+    return GradeResult(passed, len(tests["cases"]), error=error, details=details,
+                       sandbox_broken=broken)
 
 
 class _Unparsable:

@@ -7,16 +7,20 @@ from typing import Any
 
 from . import protocol
 from .env import KernelEnv
-from .math_grade import extract_answer, is_equiv
+from .math_check import check_answer, prewarm
+from .math_grade import extract_answer
 from .math_tasks import load_math_tasks
 
 
 class MathEnv(KernelEnv):
     """Reward 1 when the final answer (`<answer>` or the last `\\boxed{}`) equals the gold
-    answer numerically or symbolically (sympy), else 0.
+    answer numerically or symbolically (sympy), else 0. The comparison runs in a worker
+    process under a time and memory budget (`math_check`): an answer that keeps it busy
+    past `grade_timeout` seconds scores 0 (info `grading: "timed out"`).
 
     Kwargs: `data` (JSONL: skyhub's, GSM8K, MATH or MATH-500 rows; default the bundled set),
-    `split`, and `KernelEnv`'s (`backend`, `max_turns`, `cell_timeout`, ...).
+    `split`, `grade_timeout` (s per comparison), and `KernelEnv`'s (`backend`, `max_turns`,
+    `cell_timeout`, `warm_reset`, ...).
     """
 
     boxed_answers = True
@@ -24,18 +28,25 @@ class MathEnv(KernelEnv):
     prompt_template = protocol.MATH_SYSTEM_PROMPT
 
     def __init__(self, *, data: str | Path | None = None, split: str | None = None,
-                 **kwargs: Any) -> None:
+                 grade_timeout: float = 10.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if grade_timeout <= 0:
+            raise ValueError(f"grade_timeout must be > 0 seconds, got {grade_timeout}")
         self.tasks = load_math_tasks(data, split=split)
+        self.grade_timeout = grade_timeout
+        prewarm()
 
     def finish(self, content: str) -> tuple[float, str, dict[str, float], dict[str, Any]]:
         assert self.task is not None
         pred = extract_answer(content)
         if pred is None:
             pred = content.strip()
-        ok = bool(pred) and is_equiv(pred, str(self.task.answer))
-        return float(ok), "success" if ok else "failure", {"correct": float(ok)}, {
-            "answer": pred}
+        verdict = check_answer(pred, str(self.task.answer), timeout_s=self.grade_timeout)
+        ok = bool(pred) and verdict.correct
+        extra: dict[str, Any] = {"answer": pred[:1000]}
+        if verdict.timed_out:
+            extra["grading"] = "timed out"
+        return float(ok), "success" if ok else "failure", {"correct": float(ok)}, extra
 
     def reference_action(self) -> str | None:
         return None if self.task is None else f"<answer>{self.task.answer}</answer>"

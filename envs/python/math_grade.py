@@ -137,7 +137,7 @@ _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _LEADING_VAR = re.compile(r"^\\?[A-Za-z]+(?:_\{?[A-Za-z0-9]+\}?)?(?:\([A-Za-z]\))?\s*=\s*")
 _MATH_WORDS = frozenset({"pi", "sqrt", "sin", "cos", "tan", "log", "ln", "exp", "oo", "infty",
                          "cot", "sec", "csc"})
-_UNIT_TAIL = re.compile(r"^(.*?[\d})])\s+((?:[A-Za-z]{2,}\.?\s*)+)$")
+_UNIT_WORD = re.compile(r"[A-Za-z]{2,}(?:\.[A-Za-z]{2,})*\.?")
 _UNICODE = {"−": "-", "×": "*", "·": "*", "π": "\\pi", "∞": "\\infty", "√": "\\sqrt",
             "≤": "\\le", "≥": "\\ge", "÷": "/"}
 
@@ -160,6 +160,23 @@ def _unwrap_text(s: str) -> str:
     return "".join(c for _, c in parts)
 
 
+def _drop_unit_tail(s: str) -> str:
+    """`5 cm` -> `5`, `12 sq. ft.` -> `12`: trailing words (no math words among them) after
+    a value ending in a digit or a bracket. Linear time (a regex for it backtracked
+    exponentially on long runs of letters)."""
+    words = s.split()
+    i = len(words)
+    while i > 1 and _UNIT_WORD.fullmatch(words[i - 1]):
+        i -= 1
+    tail = words[i:]
+    if not tail or any(w.lower().rstrip(".") in _MATH_WORDS for w in tail):
+        return s
+    head = s.rstrip()
+    for w in reversed(tail):
+        head = head[:len(head) - len(w)].rstrip()
+    return head if head and head[-1] in "0123456789})" else s
+
+
 def _normalize(s: str) -> str:
     s = str(s).strip()
     boxed = _last_boxed(s)
@@ -177,9 +194,7 @@ def _normalize(s: str) -> str:
     s = s.strip().rstrip(".").strip()
     if s.count("=") == 1 and "==" not in s:
         s = _LEADING_VAR.sub("", s, count=1)
-    m = _UNIT_TAIL.match(s)
-    if m and not any(w.lower().rstrip(".") in _MATH_WORDS for w in m.group(2).split()):
-        s = m.group(1)
+    s = _drop_unit_tail(s)
     if _THOUSANDS.fullmatch(s):
         s = s.replace(",", "")
     m = re.fullmatch(r"\(([A-Ea-e])\)", s)  # multiple choice: (C) -> C
@@ -256,7 +271,8 @@ def _match_unordered(a: list[str], b: list[str], depth: int) -> bool:
 
 # ---------------------------------------------------------------------------- numbers
 
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?(\d+))?")
+# unambiguous (`\d+\.?\d*` backtracked quadratically on long digit runs)
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?(\d+))?")
 _RATIO = re.compile(r"([+-]?\d+)\s*/\s*([+-]?\d+)")
 
 
@@ -423,6 +439,11 @@ def _namespaces() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 _NS: tuple[dict[str, Any], dict[str, Any]] | None = None
+#: Functions whose value can be as large as e^|x| (trigonometric ones for complex x).
+_EXP_LIKE = frozenset({"exp", "sinh", "cosh", "tanh", "sin", "cos", "tan", "cot", "sec", "csc"})
+_LOG_LIKE = frozenset({"log", "asin", "acos", "atan"})
+#: Largest argument (in bits) of an exp-like function: e^(2^16) has ~94,500 bits.
+_EXP_ARG_BITS = 16
 
 
 def _bits(e: Any) -> float:
@@ -454,7 +475,16 @@ def _bits(e: Any) -> float:
         if n > 20:
             raise _Unparseable("factorial too large")
         total = 2.0 ** n * n + sum(_bits(a) for a in args[1:])
-    else:  # Add, Mul, and functions whose value is no bigger than their arguments'
+    elif name in _EXP_LIKE:
+        # |exp(x)|, |sinh x|, |sin x| (x complex) ... <= e^|x|: 1.45 |x| bits, and |x| must
+        # be small for that to be bounded at all (exp(exp(exp(100))) is refused here)
+        arg = _bits(args[0])
+        if arg > _EXP_ARG_BITS:
+            raise _Unparseable(f"{name} of a number too large")
+        total = 1.45 * _abs_bound(args[0], arg) + arg + 2.0
+    elif name in _LOG_LIKE:  # no bigger than (the bits of) the argument
+        total = sum(_bits(a) for a in args) + 2.0
+    else:  # Add, Mul, floor, ceiling, Abs, sqrt: no bigger than their arguments
         total = sum(_bits(a) for a in args) + len(args)
     if total > MAX_BITS:
         raise _Unparseable("number too large")

@@ -6,19 +6,28 @@ speaks on stdin/stdout: a 4-byte big-endian length and a UTF-8 JSON object per m
 The host never talks ZeroMQ across the sandbox boundary, so the sandbox needs no network:
 the kernel's ports are on the sandbox's own loopback.
 
-Requests (`op`): `execute` {code, timeout, max_output}, `reset` (a clean kernel for a new
-episode), `ping`. One kernel is current; a spare is started in the background, so `reset`
-swaps kernels in milliseconds instead of paying a cold start (~1 s).
+Requests (`op`): `execute` {code, timeout, max_output}, `reset` {spare} (a fresh kernel),
+`ping`. One kernel is current; unless `reset` said `spare: false`, a spare is started in the
+background, so replacing a kernel takes milliseconds instead of a cold start (~1 s). (The
+host starts a new bridge, in a sandbox emptied of processes, for every episode: a spare
+started while an agent's code ran is never handed to the next episode.)
+
+Kernels run isolated: `python3 -I` (no user site, no PYTHON* variables) and a fresh private
+directory per bridge for Jupyter's and IPython's files (IPYTHONDIR, JUPYTER_*), so no
+startup file, profile or kernelspec of an earlier process is ever read.
 
 A cell past its timeout is interrupted (SIGINT to the kernel's process group); a kernel that
 ignores that, or dies, is replaced and the reply says why (`restarted`). Every process a
-kernel starts inherits `SKYHUB_KERNEL=<generation>`, which is how a reset or a replaced
-kernel's leftovers (background jobs, fork-bomb copies) are found and killed.
+kernel starts inherits `SKYHUB_KERNEL=<generation>`, which is how a timed-out cell's or a
+replaced kernel's leftovers (background jobs, fork-bomb copies) are found and killed within an
+episode (best effort: a process can drop the marker). Between episodes the host kills every
+process of the sandbox's user, this bridge included.
 
 Works with jupyter_client 7.4 (Debian bookworm's) and 8.x; imports nothing from skyhub.
 """
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -40,13 +49,29 @@ MARKER = "SKYHUB_KERNEL"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 INTERRUPT_GRACE_S = 5.0  # generous: a CPU-capped container also runs the spare kernel
 START_TIMEOUT_S = 60.0
-# Jupyter's and IPython's files go to a private temp dir, never into the agent's workdir/home
-RUNTIME = os.path.join(tempfile.gettempdir(), f".skyhub-jupyter-{os.getuid()}")
-for _var, _sub in (("JUPYTER_RUNTIME_DIR", ""), ("JUPYTER_DATA_DIR", "/data"),
-                   ("JUPYTER_CONFIG_DIR", "/config"), ("IPYTHONDIR", "/ipython")):
-    os.environ.setdefault(_var, RUNTIME + _sub)
-os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
-os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # debugpy's import-time notes
+KERNEL_NAME = "skyhub-python3"
+RUNTIME = ""  # this bridge's private dir for Jupyter's and IPython's files (see `setup_dirs`)
+
+
+def setup_dirs():
+    """A fresh private dir (never one an earlier process could have filled) for every file
+    Jupyter and IPython read or write, and a kernelspec there that starts `python3 -I`."""
+    global RUNTIME
+    RUNTIME = tempfile.mkdtemp(prefix=".skyhub-jupyter-")
+    for var, sub in (("JUPYTER_RUNTIME_DIR", ""), ("JUPYTER_DATA_DIR", "/data"),
+                     ("JUPYTER_CONFIG_DIR", "/config"), ("IPYTHONDIR", "/ipython")):
+        os.environ[var] = RUNTIME + sub
+    for var in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH", "JUPYTER_PREFER_ENV_PATH",
+                "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE"):
+        os.environ.pop(var, None)
+    os.environ["JUPYTER_PLATFORM_DIRS"] = "1"
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # debugpy's import-time notes
+    spec_dir = os.path.join(RUNTIME, "data", "kernels", KERNEL_NAME)
+    os.makedirs(spec_dir, mode=0o700)
+    with open(os.path.join(spec_dir, "kernel.json"), "w") as f:
+        json.dump({"argv": [sys.executable, "-I", "-m", "ipykernel_launcher", "-f",
+                            "{connection_file}"],
+                   "display_name": "Python 3 (skyhub)", "language": "python"}, f)
 
 
 class Kernel:
@@ -57,11 +82,8 @@ class Kernel:
 
         self.gen = uuid.uuid4().hex[:12]
         runtime = RUNTIME
-        os.makedirs(runtime, mode=0o700, exist_ok=True)
-        env = dict(os.environ, **{MARKER: self.gen, "MPLBACKEND": "Agg",
-                                  "PYTHONUNBUFFERED": "1"})
-        env.pop("PYTHONPATH", None)
-        self.km = KernelManager(kernel_name="python3")
+        env = dict(os.environ, **{MARKER: self.gen, "MPLBACKEND": "Agg"})
+        self.km = KernelManager(kernel_name=KERNEL_NAME)
         self.km.connection_file = os.path.join(runtime, f"kernel-{self.gen}.json")
         # the kernel must not inherit our stdout (the host's message stream); what it writes
         # outside ipykernel's own capture (startup noise) is dropped, so it cannot fill a disk
@@ -166,17 +188,21 @@ class Kernel:
 class Bridge:
     def __init__(self):
         self.current = None
+        self.keep_spare = True
         self._spare = None
         self._spare_thread = None
 
     # -- kernels -----------------------------------------------------------------------
     def _start_spare(self, retired=()):
+        spare = self.keep_spare
+
         def run():
             for k in retired:  # already killed; their sockets and files go here, off the clock
                 k.cleanup()
             # no spare on failure: the next reset starts a kernel itself and reports any error
-            with contextlib.suppress(Exception):
-                self._spare = Kernel()
+            if spare:
+                with contextlib.suppress(Exception):
+                    self._spare = Kernel()
 
         self._spare = None
         self._spare_thread = threading.Thread(target=run, daemon=True)
@@ -223,7 +249,11 @@ class Bridge:
         start = time.monotonic()
         out, err = agent._Capped(max_output), agent._Capped(max_output)
         results, error = [], None
-        msg_id = k.kc.execute(code, silent=False, store_history=True, allow_stdin=False)
+        # stop_on_error=False: after a cell that errors (our own interrupt included) ipykernel
+        # 6 aborts every request that arrives before its zero-delay callback runs, so under
+        # load the next cell came back "aborted", empty; we send one cell at a time anyway
+        msg_id = k.kc.execute(code, silent=False, store_history=True, allow_stdin=False,
+                              stop_on_error=False)
         deadline = start + (timeout if timeout else 1e9)
         timed_out, interrupted_at, restarted, done = False, None, None, False
         while not done:
@@ -273,10 +303,13 @@ class Bridge:
             cut = len(result) - max_output
             result = result[:max_output // 2] + agent.TRUNCATION_MARKER.format(n=cut) + \
                 result[-(max_output // 2):]
-        if error and len(error["traceback"]) > max_output:
-            tb = error["traceback"]
-            error["traceback"] = tb[:max_output // 2] + agent.TRUNCATION_MARKER.format(
-                n=len(tb) - max_output) + tb[-(max_output // 2):]
+        if error:
+            for key in ("ename", "evalue", "traceback"):
+                text = str(error[key])
+                if len(text) > max_output:
+                    text = text[:max_output // 2] + agent.TRUNCATION_MARKER.format(
+                        n=len(text) - max_output) + text[-(max_output // 2):]
+                error[key] = text
         return {"ok": True, "stdout": out.value().decode("utf-8", "replace"),
                 "stderr": err.value().decode("utf-8", "replace"), "result": result,
                 "error": error, "timed_out": timed_out, "restarted": restarted,
@@ -306,6 +339,8 @@ class Bridge:
                                     int(req.get("max_output") or 1 << 16))
             if op == "reset":
                 start = time.monotonic()
+                if "spare" in req:
+                    self.keep_spare = bool(req["spare"])
                 pooled = self.fresh_kernel(cold=bool(req.get("cold")))
                 return {"ok": True, "pooled": pooled, "pid": self.current.pid,
                         "duration_s": time.monotonic() - start}
@@ -328,6 +363,7 @@ class Bridge:
 
 def main():
     agent.make_undumpable()
+    setup_dirs()
     bridge = Bridge()
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     try:
