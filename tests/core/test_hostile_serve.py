@@ -318,7 +318,12 @@ def test_oversized_messages_from_many_sessions_leave_the_server_up() -> None:
                 with contextlib.suppress(ConnectionClosed):
                     ws.send("y" * (1 << 21))
             for ws in sockets:
-                assert closed_with(ws)[0] == 1009
+                # the server ends each with 1009; when it closes while our 2 MiB are still
+                # unread, TCP resets the connection and the close frame may be lost with it
+                with pytest.raises(ConnectionClosed) as e:
+                    while True:
+                        ws.recv(timeout=20)
+                assert e.value.rcvd is None or e.value.rcvd.code == 1009
         finally:
             for ws in sockets:
                 ws.close()
