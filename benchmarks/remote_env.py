@@ -44,7 +44,7 @@ import skyhub
 from skyhub.remote.server import serve
 skyhub.register({SLEEP!r}, "benchmarks.vector_env:make_sleep_env", override=True)
 serve([{ENV!r}, {SLEEP!r}], "127.0.0.1", int(sys.argv[1]), max_sessions=256,
-      allow_kwargs=("max_turns",), log_level="warning")
+      allow_kwargs=("max_turns", "delay"), log_level="warning")
 """
 
 
