@@ -208,10 +208,15 @@ def test_in_flight_update(h: Harness) -> None:
         result["outs"] = h.engine.generate(prompts, params)
         result["seconds"] = time.perf_counter() - t0
 
-    for attempt in range(3):  # the only timing assumption: the update lands mid-generation
+    # The only timing assumption: the update lands mid-generation. So the wait before it is a
+    # fraction of how long this very generation takes on this machine, measured first (a fixed
+    # sleep was longer than the whole generation on a faster machine).
+    run()
+    full = result["seconds"]
+    for fraction in (0.3, 0.5, 0.15):
         worker = threading.Thread(target=run)
         worker.start()
-        time.sleep(1.0 + attempt)
+        time.sleep(fraction * full)
         new_version = h.push(new)
         worker.join(timeout=120)
         assert not worker.is_alive()
@@ -220,7 +225,8 @@ def test_in_flight_update(h: Harness) -> None:
             break
         old_version = h.push(h.base)
     else:
-        pytest.fail(f"the update never landed mid-generation: {[c.versions for c in outs]}")
+        pytest.fail(f"the update never landed mid-generation (a whole generation took "
+                    f"{full:.2f} s): {[sorted(set(c.versions)) for c in outs]}")
 
     for prompt, c in zip(prompts, outs, strict=True):
         assert c.finish_reason == "length" and len(c.token_ids) == 400
