@@ -19,12 +19,15 @@ container is trusted for these steps):
    /tests holding exactly the task's tests/ (uploaded only now) and /logs/verifier empty,
    then checked through the same API.
    Then `start`: pid 1 runs again, as in a fresh container (the image's entrypoint, if any).
-4. test.sh runs as `/bin/bash /tests/test.sh` in a fresh Docker exec as root, with a fixed
-   environment (the image's PATH, HOME=/root, no BASH_ENV/ENV/PROMPT_COMMAND; [verifier.env]
-   from task.toml) and a deadline kept by the host (past it the container is killed).
-5. `read_reward`: /logs/verifier/reward.txt, else reward.json (Harbor's precedence), read
-   through Docker's archive API, at most `MAX_REWARD_BYTES`, regular files only, parsed
-   strictly (a finite number; JSON: an object whose `reward` is a finite number).
+4. test.sh runs as Harbor runs it (env.py): made executable, executed directly (its shebang
+   decides), as `[verifier] user` in a fresh Docker exec, with `[verifier.env]`, the
+   container's PATH and no BASH_ENV/ENV/PROMPT_COMMAND, its output to
+   /logs/verifier/test-stdout.txt, and a deadline kept by the host (past it the container is
+   killed).
+5. `read_rewards`: /logs/verifier/reward.json (an object of named numbers), else reward.txt
+   (Harbor's precedence), read through Docker's archive API, at most `MAX_REWARD_BYTES`,
+   regular files only, parsed strictly (finite numbers only); `scalar_reward` picks the
+   episode's reward from them.
 
 The limit, honestly: an agent that is root in its container can change every other program
 and file the test script uses (grep, cmp, a Python package, a data file it reads) or that the
@@ -45,7 +48,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import InfraError
+from skyhub.errors import InfraError, UsageError
 from skyhub.sandbox import base
 
 REWARD_TXT, REWARD_JSON = "/logs/verifier/reward.txt", "/logs/verifier/reward.json"
@@ -213,11 +216,15 @@ def archive(api: Any, cid: str, path: str) -> Any:
 
 
 # ---------------------------------------------------------------- /tests, /logs/verifier
-def tests_tar(tests: Path) -> tuple[bytes, set[str]]:
+def tests_tar(tests: Path | list[Path]) -> tuple[bytes, set[str]]:
     """One tar for put_archive at "/" that replaces /tests and /logs/verifier, whatever they
     are (Docker's extraction removes a directory, link or file that a member of another kind
-    replaces: an empty file goes first, then the directory), with the task's tests/ and an
-    empty directory, all root-owned; and the member names /tests must then hold."""
+    replaces: an empty file goes first, then the directory), with the task's tests/ (several
+    directories are merged in order, later files winning, as Harbor uploads a step's tests over
+    the task's) and an empty directory that every user may write (Harbor's is a 0777 bind
+    mount; the verifier may run as a non-root user), root-owned; and the member names /tests
+    must then hold."""
+    sources = [tests] if isinstance(tests, Path) else list(tests)
     buf, names = io.BytesIO(), set()
 
     def root_owned(i: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -229,6 +236,8 @@ def tests_tar(tests: Path) -> tuple[bytes, set[str]]:
     def entry(name: str, kind: bytes) -> None:
         info = tarfile.TarInfo(name)
         info.type, info.mode = kind, 0o755 if kind == tarfile.DIRTYPE else 0o644
+        if name == "logs/verifier" and kind == tarfile.DIRTYPE:
+            info.mode = 0o777
         tar.addfile(info, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
 
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -236,11 +245,15 @@ def tests_tar(tests: Path) -> tuple[bytes, set[str]]:
         entry("logs", tarfile.DIRTYPE)
         entry("logs/verifier", tarfile.REGTYPE)
         entry("logs/verifier", tarfile.DIRTYPE)
-        tar.add(tests, arcname="tests", filter=root_owned)
+        if not sources:
+            entry("tests", tarfile.DIRTYPE)
+            names.add("tests")
+        for src in sources:
+            tar.add(src, arcname="tests", filter=root_owned)
     return buf.getvalue(), names
 
 
-def prepare_dirs(sb: Any, tests: Path) -> None:
+def prepare_dirs(sb: Any, tests: Path | list[Path]) -> None:
     """/tests holding exactly the task's tests and an empty root-owned /logs/verifier, made
     right before the verifier through Docker's API (whatever the agent left there is gone).
     Tampered if they are not so afterwards."""
@@ -260,29 +273,53 @@ def prepare_dirs(sb: Any, tests: Path) -> None:
 
 
 # -------------------------------------------------------------------------- the reward
-def read_reward(sb: Any) -> tuple[float, dict[str, float]]:
-    """The scalar reward and the other numbers of reward.json; BadReward if there is none."""
-    text = _read_small(sb, REWARD_TXT)
-    if text is not None:
-        return _parse_txt(text), {}
+def read_rewards(sb: Any) -> dict[str, float]:
+    """The named rewards the verifier left: reward.json (any JSON object of named numbers),
+    else reward.txt (one number, named `reward`), as Harbor reads them. BadReward if none."""
     doc = _read_small(sb, REWARD_JSON)
-    if doc is None:
-        raise BadReward(f"tests/test.sh left no reward in {REWARD_TXT} or {REWARD_JSON}")
-    return _parse_json(doc)
+    if doc is not None:
+        return _parse_json(doc)
+    text = _read_small(sb, REWARD_TXT)
+    if text is None:
+        raise BadReward(f"tests/test.sh left no reward in {REWARD_JSON} or {REWARD_TXT}")
+    return {"reward": _parse_txt(text)}
 
 
-def _read_small(sb: Any, path: str) -> bytes | None:
-    """A regular file's bytes, at most MAX_REWARD_BYTES (None: it does not exist)."""
+def scalar_reward(rewards: dict[str, float], reward_key: str | None, task_id: str) -> float:
+    """The one number an RL trainer needs: `reward_key`'s value when the user named one, else
+    `reward` when present, else the only value. Several named rewards and no `reward`: the
+    user must say which (a UsageError), since any rule skyhub picked would be a guess."""
+    if reward_key is not None:
+        if reward_key not in rewards:
+            raise BadReward(f"the verifier's rewards have no {reward_key!r} (reward_key=); "
+                            f"they are {sorted(rewards)}")
+        return rewards[reward_key]
+    if "reward" in rewards:
+        return rewards["reward"]
+    if len(rewards) == 1:
+        return next(iter(rewards.values()))
+    raise UsageError(f"Harbor task {task_id}'s verifier wrote several named rewards "
+                     f"{sorted(rewards)} and no 'reward'; pass reward_key= one of them to "
+                     "make('harbor', ...) to say which one is the episode's reward")
+
+
+def read_small(sb: Any, path: str, limit: int = MAX_REWARD_BYTES) -> bytes | None:
+    """A regular file's bytes, at most `limit` of them (a longer file: its last `limit`
+    bytes are not read, BadReward); None when it does not exist."""
+    return _read_small(sb, path, limit)
+
+
+def _read_small(sb: Any, path: str, limit: int = MAX_REWARD_BYTES) -> bytes | None:
+    """A regular file's bytes, at most `limit` (None: it does not exist)."""
     with archive(sb.client.api, sb.container.id, path) as (stat, tar):
         if tar is None:
             return None
         if stat["mode"] & _TYPE_BITS or stat.get("linkTarget"):
             raise BadReward(f"{path} is not a regular file")
-        if stat["size"] > MAX_REWARD_BYTES:
-            raise BadReward(f"{path} is {stat['size']} bytes (a reward file has at most "
-                            f"{MAX_REWARD_BYTES})")
+        if stat["size"] > limit:
+            raise BadReward(f"{path} is {stat['size']} bytes (at most {limit} are read)")
         for m in tar:
-            if m.isreg() and m.name == posixpath.basename(path) and m.size <= MAX_REWARD_BYTES:
+            if m.isreg() and m.name == posixpath.basename(path) and m.size <= limit:
                 f = tar.extractfile(m)
                 return f.read() if f else b""
     raise BadReward(f"{path} could not be read")
@@ -301,7 +338,7 @@ def _parse_txt(raw: bytes) -> float:
     return value
 
 
-def _parse_json(raw: bytes) -> tuple[float, dict[str, float]]:
+def _parse_json(raw: bytes) -> dict[str, float]:
     def no_constant(name: str) -> Any:
         raise ValueError(f"{name} is not a number")
 
@@ -313,11 +350,15 @@ def _parse_json(raw: bytes) -> tuple[float, dict[str, float]]:
     def number(v: Any) -> bool:
         return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
-    if not isinstance(doc, dict) or not number(doc.get("reward")):
-        raise BadReward(f"{REWARD_JSON} is not a JSON object with a numeric 'reward'")
-    return float(doc["reward"]), {str(k): float(v) for k, v in doc.items()
-                                  if k != "reward" and number(v)}
+    if not isinstance(doc, dict) or not doc:
+        raise BadReward(f"{REWARD_JSON} is not a JSON object of named rewards")
+    bad = sorted(str(k) for k, v in doc.items() if not number(v))
+    if bad:
+        raise BadReward(f"{REWARD_JSON}: {', '.join(bad[:5])} "
+                        f"{'is not a number' if len(bad) == 1 else 'are not numbers'}")
+    return {str(k): float(v) for k, v in doc.items()}
 
 
 __all__ = ["MAX_REWARD_BYTES", "REWARD_JSON", "REWARD_TXT", "BadReward", "Tampered",
-           "prepare_dirs", "read_reward", "restore_interpreters", "start", "stop", "tests_tar"]
+           "prepare_dirs", "read_rewards", "read_small", "restore_interpreters",
+           "scalar_reward", "start", "stop", "tests_tar"]

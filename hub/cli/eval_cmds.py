@@ -139,10 +139,32 @@ def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int 
             acc = f"{seen['ok'] / seen['scored']:.3f}" if seen["scored"] else "-"
             progress.update(bars[0], advance=1, acc=acc, infra=seen["infra"])
 
-        summary, _ = evaluate.run(env_id, agent, n=n, concurrency=concurrency, seed=seed,
-                                  env_kwargs=env_kwargs, on_episode=tick, out=out,
-                                  resume=resume, on_plan=total)
+        summary, episodes = evaluate.run(env_id, agent, n=n, concurrency=concurrency,
+                                         seed=seed, env_kwargs=env_kwargs, on_episode=tick,
+                                         out=out, resume=resume, on_plan=total)
+    _print_failures(console, episodes)
     return summary
+
+
+def _print_failures(console: Console, episodes: list[Any], limit: int = 20) -> None:
+    """One line per episode that did not succeed: the env's `why` (e.g. Harbor's: a build
+    error, the verifier's exit, a missing reward file, with the log path), else its error."""
+    lines = []
+    for ep in episodes:
+        if ep.outcome == "success":
+            continue
+        info = ep.final_info or {}
+        why = info.get("why") or (str(info.get("error") or "").strip().splitlines() or [""])[0]
+        if why:
+            kind = "infra error" if ep.infra_error else ep.outcome
+            lines.append(f"  {ep.task_id}: {kind}: {why}")
+    if not lines:
+        return
+    console.print(f"why {len(lines)} episode{'s' if len(lines) != 1 else ''} did not succeed:")
+    for line in lines[:limit]:
+        console.print(Text(line), soft_wrap=True)  # one line each, however long
+    if len(lines) > limit:
+        console.print(f"  ... and {len(lines) - limit} more (episodes.jsonl has them all)")
 
 
 @eval_app.command("run")

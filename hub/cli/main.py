@@ -233,6 +233,26 @@ def _add_subcommands() -> None:
     app.command("publish")(_friendly_errors(publish_cmd))
     app.command("install")(_friendly_errors(install_cmd))
     app.command("serve")(_friendly_errors(serve_cmd))
+    _add_family_commands()
+
+
+def _add_family_commands() -> None:
+    """Each env family's own commands (entry-point group `skyhub.cli`: a name and a typer
+    app), so core never imports a family; a family whose commands fail to load is reported
+    and skipped, never a broken CLI."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="skyhub.cli"):
+        try:
+            sub = ep.load()
+        except Exception as e:  # a broken plugin must not take the whole CLI down
+            _console(stderr=True).print(Text(f"warning: the {ep.name!r} commands could not be "
+                                             f"loaded ({type(e).__name__}: {e})",
+                                             style="yellow"))
+            continue
+        for command in sub.registered_commands:
+            command.callback = _friendly_errors(command.callback)
+        app.add_typer(sub, name=ep.name)
 
 
 _add_subcommands()

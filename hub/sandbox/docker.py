@@ -1,7 +1,8 @@
 """The `docker` sandbox backend: one container per sandbox, driven by a persistent agent.
 
 Isolation: no network unless `network=True`, CPU/memory (no swap)/process-count limits, all
-capabilities dropped, `no-new-privileges`, and commands run as the image's user (`sandbox`,
+capabilities dropped and `no-new-privileges` (unless `privileges="docker"`: Docker's defaults,
+for Harbor tasks run as Harbor runs them), and commands run as the image's user (`sandbox`,
 uid 1000, in skyhub's images). The container's pid 1 (docker-init + `sleep infinity`) runs
 as root without capabilities, so a command's `kill -9 -1` cannot stop the container.
 
@@ -185,7 +186,20 @@ class DockerSandbox(Sandbox):
                  network: bool = False, workdir: str = "/work", pids: int = base.DEFAULT_PIDS,
                  max_output: int = base.DEFAULT_MAX_OUTPUT, pool: str | None = None,
                  user: str | None = None, client: Any = None, disk_mb: int | None = None,
-                 max_reply_mb: int = DEFAULT_MAX_REPLY_MB) -> None:
+                 max_reply_mb: int = DEFAULT_MAX_REPLY_MB, privileges: str = "none",
+                 env: dict[str, str] | None = None, volumes: list[str] | None = None,
+                 command: list[str] | None = None, entrypoint: list[str] | None = None,
+                 own_workdir: bool = True) -> None:
+        """`privileges`: "none" (every capability dropped, `no-new-privileges`: skyhub's
+        training isolation) or "docker" (Docker's default capabilities, setuid allowed: how
+        Harbor runs a task, whose verifier may `chown` or `apt-get install` as root).
+        `env`, `volumes` (docker-py "host:container:mode" binds), `command` (instead of
+        `sleep infinity`; the image's ENTRYPOINT runs either way unless `entrypoint` replaces
+        it) set up the container as a task's compose file does. `own_workdir=False` leaves the
+        workdir's owner as the image has it (a Harbor task's files are the task's)."""
+        if privileges not in ("none", "docker"):
+            raise UsageError(f"privileges must be 'none' (skyhub's isolation) or 'docker' "
+                             f"(Docker's defaults), got {privileges!r}")
         super().__init__(workdir=posixpath.normpath(workdir), max_output=max_output)
         from skyhub.sandbox import images
 
@@ -226,8 +240,19 @@ class DockerSandbox(Sandbox):
             name=self.name, labels=self.labels, init=True, user="0", working_dir=self.workdir,
             hostname="sandbox", network_mode=None if network else "none",
             nano_cpus=int(cpus * 1e9), mem_limit=f"{int(memory_mb)}m",
-            memswap_limit=f"{int(memory_mb)}m", pids_limit=int(pids), cap_drop=["ALL"],
-            security_opt=["no-new-privileges"], shm_size=f"{min(self.disk_mb, 64)}m")
+            memswap_limit=f"{int(memory_mb)}m", pids_limit=int(pids),
+            shm_size=f"{min(self.disk_mb, 64)}m")
+        self.privileges = privileges
+        if privileges == "none":
+            self._spec.update(cap_drop=["ALL"], security_opt=["no-new-privileges"])
+        if env:
+            self._spec["environment"] = {str(k): str(v) for k, v in env.items()}
+        if volumes:
+            self._spec["volumes"] = list(volumes)
+        if entrypoint is not None:
+            self._spec["entrypoint"] = list(entrypoint)
+        self._command = list(command) if command else ["sleep", "infinity"]
+        self._own_workdir = own_workdir
         if self._tmpfs:
             size = f"size={self.disk_mb}m,exec"
             own = f"{size},uid=1000,gid=1000,mode=0755"
@@ -245,14 +270,14 @@ class DockerSandbox(Sandbox):
             spec["storage_opt"] = {"size": f"{self.disk_mb}m"}
         try:
             try:
-                self.container = self.client.containers.create(self.image, ["sleep", "infinity"],
+                self.container = self.client.containers.create(self.image, self._command,
                                                                **spec)
             except docker.errors.APIError as e:
                 if "storage_opt" not in spec or "storage" not in str(e).lower():
                     raise
                 _storage_opt[id(self.client)] = False  # e.g. xfs without pquota
                 spec.pop("storage_opt")
-                self.container = self.client.containers.create(self.image, ["sleep", "infinity"],
+                self.container = self.client.containers.create(self.image, self._command,
                                                                **spec)
         except Exception as e:
             raise SandboxUnavailable(f"cannot create a container from {self.image}: {e}") from e
@@ -307,7 +332,7 @@ class DockerSandbox(Sandbox):
             if len(out) > 3 and out[3].startswith("/"):
                 self._home = out[3]
         parent, leaf = posixpath.split(self.workdir)
-        if not writable and leaf:
+        if not writable and leaf and self._own_workdir:
             # Docker created the workdir as root; the daemon can give it to the run user
             # (root in the container has no CAP_CHOWN)
             self.container.put_archive(parent, tar_dir_entry(leaf, uid=self._uid,

@@ -8,6 +8,7 @@ answer.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -102,7 +103,16 @@ class Runner:
         return self.worker
 
     def _reset(self, worker: EnvWorker, seed: int | None, options: dict | None) -> Result:
-        obs, info = worker.call("reset", seed=seed, options=options)
+        # a reset that fails is reported for the task it was asked for, never the last one
+        self.task_id, self.turn = _requested_task_id(options), 0
+        try:
+            obs, info = worker.call("reset", seed=seed, options=options)
+        except Exception:
+            if self.task_id is None:  # a seeded choice: the env knows which task it drew
+                with contextlib.suppress(Exception):
+                    task = worker.get_attr("task")
+                    self.task_id = None if task is None else str(task.id)
+            raise
         self.turn = 0
         self._track(info)
         return Result(obs, info=info)
@@ -137,6 +147,16 @@ class Runner:
         self.inbox.put(None)
         if self.worker is not None:
             self.worker.kill()
+
+
+def _requested_task_id(options: dict | None) -> str | None:
+    """The task id a reset's options name (`task_id`, or a `task`'s id), else None."""
+    if not isinstance(options, dict):
+        return None
+    if options.get("task_id") is not None:
+        return str(options["task_id"])
+    task = options.get("task")
+    return None if getattr(task, "id", None) is None else str(task.id)
 
 
 def infra_error_info(error: str, task_id: str | None, turn: int, tb: str = "") -> dict[str, Any]:

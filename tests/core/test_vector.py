@@ -220,6 +220,26 @@ def test_crashing_env_is_reported_as_infra_error_and_recreated(executor: str) ->
         assert venv.get_attr("steps_total", env_ids=[1]) == (0,)
 
 
+@pytest.mark.parametrize("how", ["task_id", "seeded"])
+def test_a_failed_reset_is_reported_for_the_task_it_was_for(executor: str, how: str) -> None:
+    """Issue 18: the infra error of a reset that failed (a task whose image does not build)
+    names that task, never the one the slot ran before."""
+    import functools
+
+    with VectorEnv([functools.partial(count_env, reset_crash_task="t1")],
+                   executor=executor) as venv:
+        venv.reset(options={"task_id": "t0"})
+        _, _, term, _, infos = venv.step(["a"])
+        assert term[0] and infos[0]["task_id"] == "t0"
+        if how == "task_id":
+            _, infos = venv.reset(options={"task_id": "t1"})
+        else:  # a seeded choice that draws t1
+            seed = next(s for s in range(100) if np.random.default_rng(s).integers(3) == 1)
+            _, infos = venv.reset(seed=seed)
+        assert infos[0]["infra_error"] is True and "cannot prepare t1" in infos[0]["error"]
+        assert infos[0]["task_id"] == "t1"
+
+
 def test_env_process_that_dies_is_isolated_and_replaced(tmp_path: Path) -> None:
     import functools
     env_fns = [functools.partial(count_env),

@@ -15,17 +15,20 @@ class CountEnv(TextEnv):
 
     def __init__(self, delay: float = 0.0, crash_at: int | None = None,
                  hang_at: int | None = None, exit_once: str | None = None,
-                 crash_task: str | None = None) -> None:
+                 crash_task: str | None = None, reset_crash_task: str | None = None) -> None:
         super().__init__()
         self.tasks = TaskSet([Task(f"t{k}", f"task {k}", answer=k + 1) for k in range(3)])
         self.delay, self.crash_at, self.hang_at = delay, crash_at, hang_at
         self.steps_total = 0
         self.crash_task = crash_task  # steps of this task always raise
         self.exit_once = exit_once  # a path: the first env to step creates it, then dies
+        self.reset_crash_task = reset_crash_task  # resets for this task raise (a failed build)
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         self.start_episode(seed, options)
+        if self.task.id == self.reset_crash_task:
+            raise RuntimeError(f"cannot prepare {self.task.id}")
         return f"start {self.task.id}", self.make_info(thread=threading.current_thread().name)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

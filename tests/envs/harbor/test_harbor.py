@@ -43,12 +43,13 @@ def make_task(root: Path, name: str = "t1", *, test_sh: str = "echo 1 > "
 
 
 def test_task_toml_is_read(tmp_path: Path) -> None:
-    t = load_task(make_task(tmp_path, extra='network_mode = "bridge"'))
+    t = load_task(make_task(tmp_path, extra='network_mode = "public"'))
     cfg = t.meta["config"]
     assert (t.id, t.prompt, t.answer) == ("t1", "Do the thing.", None)
     assert (cfg["agent_timeout_s"], cfg["verifier_timeout_s"], cfg["build_timeout_s"]) == (
         120.0, 30.0, 200.0)
     assert (cfg["cpus"], cfg["memory_mb"], cfg["network"]) == (2.0, 512, True)
+    assert cfg["environment"]["network_mode"] == "public"
     assert cfg["verifier_env"] == {"MODE": "strict"} and t.meta["metadata"]["difficulty"] == "easy"
     assert t.meta["timeout_s"] == 120.0
 
@@ -122,7 +123,7 @@ def test_every_bundled_task_oracle_one_nop_zero(examples: skyhub.TextEnv) -> Non
 @pytest.mark.parametrize("test_sh", [
     "exit 0\n",                                             # writes no reward at all
     "echo 'not a number' > /logs/verifier/reward.txt\n",   # unreadable reward
-    "echo '{\"score\": 1}' > /logs/verifier/reward.json\n", # no 'reward' key
+    "echo '{\"score\": \"high\"}' > /logs/verifier/reward.json\n", # a name, no number
     "this-command-does-not-exist\n",
 ])
 def test_a_test_script_that_leaves_no_usable_reward_is_a_flagged_failure(

@@ -23,9 +23,16 @@ pytestmark = [pytest.mark.hostile, pytest.mark.docker, pytest.mark.slow]
 TASKS = sorted(p.name for p in EXAMPLES.iterdir() if (p / "task.toml").is_file())
 
 
+@pytest.fixture(scope="module", params=["harbor", "training"])
+def isolation(request: pytest.FixtureRequest) -> str:
+    """Every attack, against both: Harbor's way (root with Docker's default capabilities,
+    the default) and skyhub's stricter training isolation (issue 18)."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def examples(docker_daemon: None) -> Iterator[skyhub.TextEnv]:
-    env = skyhub.make("harbor-examples")
+def examples(docker_daemon: None, isolation: str) -> Iterator[skyhub.TextEnv]:
+    env = skyhub.make("harbor-examples", isolation=isolation)
     yield env
     env.close()
 
@@ -99,9 +106,9 @@ def test_a_daemon_planted_in_what_starts_pid_1_does_not_run_with_the_verifier(
     assert "/usr/bin/sleep" in info["restored_files"]
 
 
-WRAPPER = ("#!{real}\nif [ \"$1\" = /tests/test.sh ]; then mkdir -p /logs/verifier; "
+WRAPPER = ("#!{real}\ncase \"$*\" in *tests/test.sh*) mkdir -p /logs/verifier; "
            "echo 1 > /logs/verifier/reward.txt; echo '{{\"reward\": 1}}' > "
-           "/logs/verifier/reward.json; exit 0; fi\nexec {real} \"$@\"\n")
+           "/logs/verifier/reward.json; exit 0;; esac\nexec {real} \"$@\"\n")
 
 
 @pytest.mark.parametrize("attack", [
@@ -172,8 +179,9 @@ CHECK_THEN_HOOK = ("#!/bin/bash\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = 4
 ], ids=["text", "binary", "dir", "sparse-600M", "symlink", "missing", "json-string",
         "json-dir", "json-nan", "json-sparse-600M"])
 def test_a_reward_file_the_agent_broke_is_its_failure_not_an_infra_error(
-        docker_daemon: None, tmp_path: Path, hook: str) -> None:
-    with skyhub.make("harbor", path=str(hooked_task(tmp_path, CHECK_THEN_HOOK))) as env:
+        docker_daemon: None, tmp_path: Path, hook: str, isolation: str) -> None:
+    with skyhub.make("harbor", path=str(hooked_task(tmp_path, CHECK_THEN_HOOK)),
+                     isolation=isolation) as env:
         env.reset()
         env.step(bash(f"printf '%s\\n' {shlex.quote(hook)} > /app/hook.sh"))
         _, reward, terminated, _, info = env.step("<done/>")  # must not raise
@@ -183,9 +191,10 @@ def test_a_reward_file_the_agent_broke_is_its_failure_not_an_infra_error(
 
 
 def test_an_agent_that_kills_its_own_container_is_scored(docker_daemon: None,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path,
+                                                          isolation: str) -> None:
     task = hooked_task(tmp_path, CHECK_THEN_HOOK)
-    with skyhub.make("harbor", path=str(task)) as env:
+    with skyhub.make("harbor", path=str(task), isolation=isolation) as env:
         env.reset()
         env.step(bash("echo 42 > /app/answer.txt; echo true > /app/hook.sh"))
         # as root in the container this ends pid 1's child, so the container stops
@@ -203,8 +212,10 @@ def test_an_agent_that_kills_its_own_container_is_scored(docker_daemon: None,
 @pytest.mark.parametrize("when", ["between-turns", "before-done"])
 def test_the_container_killed_from_outside_is_an_infra_error(docker_daemon: None,
                                                              tmp_path: Path,
-                                                             when: str) -> None:
-    with skyhub.make("harbor", path=str(hooked_task(tmp_path, CHECK_THEN_HOOK))) as env:
+                                                             when: str,
+                                                             isolation: str) -> None:
+    with skyhub.make("harbor", path=str(hooked_task(tmp_path, CHECK_THEN_HOOK)),
+                     isolation=isolation) as env:
         env.reset()
         env.step(bash("echo 42 > /app/answer.txt"))
         env._sandbox.container.kill()  # type: ignore[attr-defined]  # the host side

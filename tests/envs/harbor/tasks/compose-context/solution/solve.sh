@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sh /opt/app/banner.sh > /opt/app/banner.txt

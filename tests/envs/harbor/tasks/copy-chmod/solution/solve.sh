@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+tool stamp > /root/stamp.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo "${GREETING_WORD:-}, ${GREETING_TARGET:-}!" > /root/greeting.txt

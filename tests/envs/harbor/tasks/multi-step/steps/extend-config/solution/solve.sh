@@ -1,0 +1,2 @@
+#!/bin/bash
+printf '[extra]\nlevel = 2\n' >> /srv/project/app.ini

@@ -1,0 +1,2 @@
+#!/bin/bash
+printf '[core]\nname = demo\n' > /srv/project/app.ini

@@ -1,0 +1,2 @@
+#!/bin/bash
+printf 'alpha\nbeta\ngamma\n' > /root/words.txt
