@@ -38,15 +38,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import functools
 import hmac
 import ipaddress
 import json
 import logging
 import os
+import queue
 import re
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -173,6 +177,118 @@ class _OpTimeout(Exception):
     """An env call ran past `op_timeout_s`: the session ends (its thread may still be busy)."""
 
 
+#: Started session threads. At interpreter exit each finishes the calls queued before it
+#: (an env's close among them) and is joined, as `concurrent.futures` does for its workers.
+_live_threads: weakref.WeakSet[_EnvThread] = weakref.WeakSet()
+_threads_lock = threading.Lock()
+_exiting = False
+
+
+def _stop_threads_at_exit() -> None:
+    global _exiting
+    with _threads_lock:
+        _exiting = True
+        threads = list(_live_threads)
+    for t in threads:
+        t.jobs.put(None)
+    for t in threads:
+        if t.thread is not None:
+            t.thread.join()
+
+
+threading._register_atexit(_stop_threads_at_exit)  # before non-daemon threads are joined
+
+
+class _ThreadGone(RuntimeError):
+    """A call to a session thread that has been shut down, or at interpreter exit."""
+
+
+class _EnvThread:
+    """The one thread a session's env runs in: calls run one at a time, in order, always in
+    this thread. Started on the first call (a socket that never opens costs no thread); at
+    exit the process waits for the calls already queued (an env's close).
+
+    Why not a `ThreadPoolExecutor(1)`: its hand-off per call (a semaphore, a condition, a
+    concurrent future chained to an asyncio one) cost about twice the CPU of this queue and
+    one `call_soon_threadsafe`, and an env call per step is the server's hot path."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.closed = False
+
+    def _put(self, job: tuple[Callable[[], Any], Any, Any]) -> None:
+        if self.closed:
+            raise _ThreadGone("cannot schedule new calls after shutdown")
+        with _threads_lock:  # no call queued behind the exit's stop
+            if _exiting:
+                raise _ThreadGone("cannot schedule new calls after interpreter shutdown")
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._main, name=self.name)
+                self.thread.start()
+                _live_threads.add(self)
+            self.jobs.put(job)
+
+    def submit_async(self, loop: asyncio.AbstractEventLoop,
+                     fn: Callable[[], Any]) -> asyncio.Future:
+        """`fn()` in this thread; its outcome on an asyncio future of `loop`."""
+        fut = loop.create_future()
+        self._put((fn, fut, loop))
+        return fut
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """`fn()` in this thread; its outcome on a `concurrent.futures.Future`."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._put((fn, fut, None))
+        return fut
+
+    def started(self) -> bool:
+        return self.thread is not None
+
+    def shutdown(self) -> None:
+        """No more calls; the thread ends after those queued (without waiting for them)."""
+        self.closed = True
+        if self.thread is not None:
+            self.jobs.put(None)
+
+    def _main(self) -> None:
+        try:
+            while (job := self.jobs.get()) is not None:
+                _run_job(*job)
+                del job  # drop the env's result before waiting for the next call
+        finally:
+            with _threads_lock:
+                _live_threads.discard(self)
+
+
+def _run_job(fn: Callable[[], Any], fut: Any, loop: asyncio.AbstractEventLoop | None) -> None:
+    if loop is None:  # a concurrent future (the close): settled in this thread
+        if fut.set_running_or_notify_cancel():
+            try:
+                fut.set_result(fn())
+            except BaseException as e:
+                fut.set_exception(e)
+        return
+    try:
+        result, error = fn(), None
+    except BaseException as e:
+        result, error = None, e
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for the result
+        loop.call_soon_threadsafe(_settle, fut, result, error)
+
+
+def _settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if fut.done():  # the caller gave up (op timeout, session cancelled)
+        return
+    if error is None:
+        fut.set_result(result)
+    elif isinstance(error, StopIteration):  # an asyncio future refuses StopIteration
+        fut.set_exception(RuntimeError(f"the env raised StopIteration: {error}"))
+    else:
+        fut.set_exception(error)
+
+
 class _Session:
     """One client's env, its thread, and the handlers of its messages."""
 
@@ -180,8 +296,7 @@ class _Session:
         self.hub, self.env_id = hub, env_id
         self.id = uuid.uuid4().hex[:12]
         self.env: TextEnv | None = None
-        self.executor = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix=f"skyhub-session-{self.id}")
+        self.thread = _EnvThread(f"skyhub-session-{self.id}")
         self.ops: dict[str, Callable[[dict[str, Any]], Any]] = {
             "open": self._open, "reset": self._reset, "step": self._step, "call": self._call,
             "tasks": self._tasks, "close": self._close, "ping": self._ping}
@@ -192,13 +307,16 @@ class _Session:
         session's slot stays taken until then)."""
         loop = asyncio.get_running_loop()
         try:
-            fut = loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
-        except RuntimeError as e:
-            if "after shutdown" not in str(e):
-                raise
+            fut = self.thread.submit_async(loop, functools.partial(fn, *args, **kwargs))
+        except _ThreadGone:
             return fn(*args, **kwargs)  # the interpreter is exiting: no new threads
+        # `asyncio.timeout` around a plain await: no extra future or task per call (a
+        # `wait_for(shield(...))` cost two more loop iterations a step). On expiry the await
+        # is cancelled; the call itself goes on in its thread (a running call cannot be
+        # cancelled) and the session's close is queued behind it.
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.hub.op_timeout_s)
+            async with asyncio.timeout(self.hub.op_timeout_s):
+                return await fut
         except TimeoutError:
             raise _OpTimeout(getattr(fn, "__name__", "call")) from None
 
@@ -206,10 +324,13 @@ class _Session:
         """The reply to one message, and whether the session ends after it."""
         op = None
         try:
-            size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8"))
-            if size > self.hub.max_message_bytes:
+            limit = self.hub.max_message_bytes
+            # a str's UTF-8 size is between len and 4 * len: encode only when that decides
+            size = len(raw) if isinstance(raw, bytes) or 4 * len(raw) <= limit \
+                else len(raw.encode("utf-8"))
+            if size > limit:
                 raise _ProtocolError("MessageTooBig", f"message of {size} bytes is over this "
-                                     f"server's limit of {self.hub.max_message_bytes} bytes")
+                                     f"server's limit of {limit} bytes")
             try:
                 req = json.loads(raw)
             except (ValueError, UnicodeDecodeError) as e:
@@ -351,8 +472,10 @@ class _Session:
                 "tasks": [wire.task_summary(tasks[i]) for i in range(offset, end)]}
 
     async def _close(self, req: dict[str, Any]) -> dict[str, Any]:
-        if self.env is not None:
-            await self.run(self.env.close)
+        env = self.env
+        if env is not None:
+            await self.run(env.close)
+            self.env = None  # closed: not again when the session ends
         return {}
 
     async def _ping(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -364,11 +487,14 @@ class _Session:
         left to do): the session's thread is busy until it is done."""
         env, self.env = self.env, None
         done: concurrent.futures.Future | None = None
-        try:
-            done = self.executor.submit(_close_quietly, env, self.id)
-        except RuntimeError:  # the interpreter is exiting: close it here
+        if self.thread.started():  # queued behind a call still running, if any
+            try:
+                done = self.thread.submit(functools.partial(_close_quietly, env, self.id))
+            except _ThreadGone:  # the interpreter is exiting: close it here
+                _close_quietly(env, self.id)
+        else:  # never opened: no thread, nothing to close
             _close_quietly(env, self.id)
-        self.executor.shutdown(wait=False)
+        self.thread.shutdown()
         return done
 
 
@@ -379,6 +505,16 @@ def _close_quietly(env: TextEnv | None, session: str) -> None:
         env.close()
     except Exception:
         log.warning("session %s: env close() failed", session, exc_info=True)
+
+
+def _expired(hub: _Hub, which: str) -> str:
+    """The close reason for the deadline `which` ("open", "idle", "max") that passed."""
+    if which == "open":
+        return f"no env opened within {hub.open_timeout_s:g} s of connecting; send 'open' first"
+    if which == "idle":
+        return f"idle for {hub.idle_ttl_s:g} s; the env was closed, open a new session"
+    return (f"sessions last at most {hub.max_session_s:g} s here; the env was closed, open a "
+            "new session")
 
 
 async def _serve_session(hub: _Hub, ws: WebSocket, env_id: str) -> None:
@@ -410,19 +546,20 @@ async def _serve_session(hub: _Hub, ws: WebSocket, env_id: str) -> None:
         while True:
             now = time.monotonic()
             if session.env is None:  # not opened yet: the open timeout, not the idle TTL
-                wait, why = open_by - now, (f"no env opened within {hub.open_timeout_s:g} s "
-                                            "of connecting; send 'open' first")
+                wait, why = open_by - now, "open"
             else:
-                wait, why = hub.idle_ttl_s, (f"idle for {hub.idle_ttl_s:g} s; the env was "
-                                             "closed, open a new session")
+                wait, why = hub.idle_ttl_s, "idle"
             if end_by is not None and end_by - now < wait:
-                wait, why = end_by - now, (f"sessions last at most {hub.max_session_s:g} s "
-                                           "here; the env was closed, open a new session")
+                wait, why = end_by - now, "max"
             try:
                 if wait <= 0:
                     raise TimeoutError
-                msg = await asyncio.wait_for(ws.receive(), timeout=wait)
+                # the receive runs in this task under a deadline (`wait_for` would make a
+                # task of it for every message: two more loop iterations a step)
+                async with asyncio.timeout(wait):
+                    msg = await ws.receive()
             except TimeoutError:
+                why = _expired(hub, why)
                 log.info("session %s: %s", session.id, why)
                 await ws.close(wire.CLOSE_IDLE, why[:120])
                 return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import socket
@@ -174,6 +175,61 @@ def test_close_closes_the_server_env(server: ServerThread) -> None:
         env.reset()
 
 
+def test_each_session_runs_its_env_in_one_thread_of_its_own(server: ServerThread) -> None:
+    envs = {label: make_remote(REC, server.url, label=label) for label in ("thr-a", "thr-b")}
+    for env in envs.values():
+        env.reset(seed=0)
+        env.step("a")
+    for env in envs.values():
+        env.close()
+    assert wait_until(lambda: all(remote_testenvs.CLOSED.get(k) for k in envs))
+    time.sleep(0.1)  # a second close would land now
+    assert [remote_testenvs.CLOSED[k] for k in envs] == [1, 1]  # closed once
+    made_in = [remote_testenvs.THREADS[k] for k in envs]
+    assert all(len(names) == 1 for names in made_in), made_in  # make, reset, step, close
+    assert made_in[0] != made_in[1]
+    assert all(n.startswith("skyhub-session-") for names in made_in for n in names)
+
+
+def test_a_socket_that_never_opens_costs_no_thread(server: ServerThread) -> None:
+    def session_threads() -> int:
+        return sum(t.name.startswith("skyhub-session-") for t in threading.enumerate())
+
+    assert wait_until(lambda: not server.hub.sessions)
+    before = session_threads()
+    with raw_session(server) as ws:
+        assert ask(ws, {"op": "ping"})["pong"] is True
+        assert server.hub.in_use() == 1
+        assert session_threads() == before
+    assert wait_until(lambda: server.hub.in_use() == 0)
+
+
+def test_an_env_left_open_at_exit_is_closed_and_the_process_exits() -> None:
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import atexit, sys
+        sys.path.insert(0, {str(Path(__file__).parents[1] / "support")!r})
+        import remote_testenvs
+        # registered first, so it runs last: after the client closed what it left open
+        atexit.register(lambda: print("closed", remote_testenvs.CLOSED.get("left", 0)))
+        import skyhub
+        from skyhub.remote import make_remote
+        from skyhub.remote.server import ServerThread
+        skyhub.register("exit-rec", "remote_testenvs:RecordingEnv")
+        srv = ServerThread(["exit-rec"], allow_kwargs=("label",)).start()
+        env = make_remote("exit-rec", srv.url, label="left")
+        env.reset(seed=0)
+        env.step("a")
+        print("exiting")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["exiting", "closed", "1"], out.stderr[-2000:]
+
+
 def test_idle_session_is_closed_with_its_env() -> None:
     with ServerThread([REC], idle_ttl_s=0.3, allow_kwargs=("label",)) as srv:
         env = make_remote(REC, srv.url, label="idle")
@@ -216,10 +272,14 @@ def test_malformed_and_oversized_messages_get_errors_and_server_stays_up(
         assert big["error"]["type"] == "MessageTooBig" and "10000" in big["error"]["message"]
         step = ask(ws, {"op": "step", "action": "fine"})  # the session goes on
         assert step["ok"] and step["obs"].endswith(":1:fine")
-        ws.send("x" * 2_000_000)  # past the transport limit: this session ends with 1009
+        # past the transport limit: the server ends this session with 1009; when it closes
+        # while part of our 2 MB is still unread, TCP resets the connection and the close
+        # frame may be lost with it (the send itself may then fail)
+        with contextlib.suppress(ConnectionClosed):
+            ws.send("x" * 2_000_000)
         with pytest.raises(ConnectionClosed) as e:
             ws.recv(timeout=10)
-        assert e.value.rcvd is not None and e.value.rcvd.code == 1009
+        assert e.value.rcvd is None or e.value.rcvd.code == 1009
     assert wait_until(lambda: remote_testenvs.CLOSED.get("raw") == 1)
     assert http_get(f"{server.http_url}/health")[0] == 200
     with make_remote(REC, server.url) as env:  # new sessions still work

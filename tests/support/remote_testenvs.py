@@ -10,7 +10,14 @@ from skyhub import Task, TaskSet, TextEnv
 
 #: label -> number of close() calls that reached the env (the server runs in-process in tests)
 CLOSED: dict[str, int] = {}
+#: label -> names of the threads the env was made, reset, stepped and closed in
+THREADS: dict[str, set[str]] = {}
 _lock = threading.Lock()
+
+
+def _seen(label: str) -> None:
+    with _lock:
+        THREADS.setdefault(label, set()).add(threading.current_thread().name)
 
 
 class RecordingEnv(TextEnv):
@@ -24,16 +31,19 @@ class RecordingEnv(TextEnv):
     def __init__(self, label: str = "", delay: float = 0.0, fail_on: str | None = None) -> None:
         super().__init__()
         self.label, self.delay, self.fail_on = label, delay, fail_on
+        _seen(label)
         self.tasks = TaskSet([Task(f"t{k}", f"task {k}", answer=k + 1, meta={"k": k})
                               for k in range(3)])
         self.system_prompt = f"recording env {label}"
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        _seen(self.label)
         self.start_episode(seed, options)
         return f"start {self.task.id}", self.make_info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        _seen(self.label)
         assert self.task is not None
         if self.delay:
             time.sleep(self.delay)
@@ -49,5 +59,6 @@ class RecordingEnv(TextEnv):
         return None if self.task is None else f"ref-{self.task.id}-{self.turn}"
 
     def close(self) -> None:
+        _seen(self.label)
         with _lock:
             CLOSED[self.label] = CLOSED.get(self.label, 0) + 1
