@@ -61,7 +61,7 @@ def plain_loop(env_id: str, agent, n: int) -> float:
 
 def harness(env_id: str, agent, n: int, concurrency: int) -> tuple[float, float]:
     """(seconds, accuracy) of `evaluate.run`, episodes written to a run directory."""
-    from skyhub import evaluate
+    from skyhub.eval import harness as evaluate
 
     with tempfile.TemporaryDirectory() as out:
         summary, _ = evaluate.run(env_id, agent, n=n, concurrency=concurrency, out=out)
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     from openai_server import ScriptedOpenAIServer
 
-    from skyhub.agents import OracleAgent, load_agent
+    from skyhub.eval.agents import OracleAgent, load_agent
 
     with ScriptedOpenAIServer(lookup_reply, delay_s=args.latency) as server:
         agent = load_agent("openai:scripted", base_url=server.base_url)

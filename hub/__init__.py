@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it (imported on first attribute access)
 _LAZY = {
     "TextEnv": "skyhub.env",
+    "StepResult": "skyhub.env",
     "EnvSpec": "skyhub.registry",
     "register": "skyhub.registry",
     "make": "skyhub.registry",
@@ -34,12 +35,12 @@ _LAZY = {
     "to_messages": "skyhub.chat",
     "UnicodeText": "skyhub.spaces",
 }
-_LAZY_MODULES = {"protocol", "chat", "registry", "vector", "spaces", "checks", "env", "sandbox",
-                 "envs", "trainer"}
+_LAZY_MODULES = {"tags", "protocol", "chat", "registry", "vector", "spaces", "checks", "env",
+                 "sandbox", "envs", "trainer"}
 
 if TYPE_CHECKING:
     from skyhub.chat import Episode, to_messages
-    from skyhub.env import TextEnv
+    from skyhub.env import StepResult, TextEnv
     from skyhub.registry import EnvSpec, list_envs, make, register, spec
     from skyhub.spaces import UnicodeText
     from skyhub.vector import VectorEnv, make_vec
@@ -59,6 +60,6 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY, *_LAZY_MODULES])
 
 
-__all__ = ["EnvSpec", "Episode", "Task", "TaskSet", "TextEnv", "UnicodeText", "VectorEnv",
-           "__version__", "errors", "list_envs", "make", "make_vec", "register", "spec",
-           "to_messages"]
+__all__ = ["EnvSpec", "Episode", "StepResult", "Task", "TaskSet", "TextEnv", "UnicodeText",
+           "VectorEnv", "__version__", "errors", "list_envs", "make", "make_vec", "register",
+           "spec", "to_messages"]

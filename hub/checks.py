@@ -1,8 +1,9 @@
 """`check_env`: does an env keep skyhub's contract? (`skyhub check ID` and the tests use it.)
 
 gymnasium's checker covers the API's shapes; the checks here cover what a trainer relies on
-beyond them: the info keys it reads on every step, malformed actions that never raise, seeds
-that pick the same task in every process, a reference solution that really scores, and an env
+beyond them: the info keys it reads on every step, malformed actions that never raise, turns
+that are counted and end the episode within a declared `max_turns`, seeds that pick the same
+task in every process, a reference solution that really scores, and an env
 that leaves no thread or child process behind. Each check runs on its own: one that fails or
 crashes is reported (with the exception's last line) and the others still run, so a single
 report lists everything to fix. No check times anything.
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skyhub.errors import SkyhubError
+from skyhub.errors import CheckFailed, SkyhubError
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -102,10 +103,6 @@ class CheckReport:
         return "\n".join(lines)
 
 
-class CheckFailed(Exception):
-    """A check's verdict (not a crash): its message goes into the report as is."""
-
-
 def check_env(env_or_id: TextEnv | str, *, env_kwargs: dict[str, Any] | None = None,
               episodes: int = 3, seed: int = 0) -> CheckReport:
     """Run every contract check on an env (an id to `skyhub.make`, or an instance) and report.
@@ -141,6 +138,7 @@ def check_env(env_or_id: TextEnv | str, *, env_kwargs: dict[str, Any] | None = N
     _run(report, "spaces", _check_spaces, env)
     _run(report, "info", _check_info, env, seed, episodes)
     _run(report, "malformed", _check_malformed, env, seed)
+    _run(report, "turns", _check_turns, env, seed, episodes)
     _run(report, "seeding", _check_seeding, env, seed, make_other)
     _run(report, "reference", _check_reference, env, seed, episodes)
     _run(report, "cleanup", _check_cleanup, env, baseline)
@@ -286,6 +284,36 @@ def _check_malformed(env: Any, seed: int, notes: list[str]) -> str:
                           "exception: " + "; ".join(f"{error} on {', '.join(actions)}"
                                                    for error, actions in failures.items()))
     return f"{len(MALFORMED_ACTIONS)} kinds of malformed action answered without exceptions"
+
+
+def _check_turns(env: Any, seed: int, episodes: int, notes: list[str]) -> str:
+    """An env that declares a turn budget (`max_turns`) counts its turns and ends within it."""
+    if getattr(env.unwrapped, "max_turns", None) is None:
+        notes.append("the env declares no max_turns, so its turn budget was not checked")
+        return "skipped"
+    env.action_space.seed(seed)
+    longest = 0
+    for i in range(max(episodes, 1)):
+        env.reset(seed=seed + i)
+        # turns_left right after reset: the budget (an env may grant turns past max_turns)
+        budget = env.unwrapped.turns_left
+        budget = budget if isinstance(budget, int) else env.unwrapped.max_turns
+        for n in range(1, budget + 1):
+            _, _, terminated, truncated, info = env.step(env.action_space.sample())
+            turn = info.get("turn") if isinstance(info, dict) else None
+            if turn != n:
+                raise CheckFailed(f"episode {i} (random actions), step {n}: info['turn'] is "
+                                  f"{turn!r}, not {n}: count each turn with self.next_turn() "
+                                  "(or self.turn += 1) first in step")
+            if terminated or truncated:
+                longest = max(longest, n)
+                break
+        else:
+            raise CheckFailed(f"episode {i} (random actions) did not end within its turn budget "
+                              f"({budget} turns, max_turns={env.unwrapped.max_turns}): end it "
+                              "when self.out_of_turns (truncated: self.out_of_turns_step)")
+    return (f"random play ended within the turn budget (the longest episode: {longest} "
+            f"turn{'s' if longest != 1 else ''})")
 
 
 def _check_seeding(env: Any, seed: int, make_other: Callable[[], Any] | None,

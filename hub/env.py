@@ -4,18 +4,34 @@ An env author subclasses it like any gymnasium env::
 
     class MyEnv(skyhub.TextEnv):
         def __init__(self, max_turns: int = 4):
-            super().__init__()
+            super().__init__(max_turns=max_turns)       # the turn budget (None: no budget)
             self.tasks = skyhub.TaskSet([...])
-            self.max_turns = max_turns
 
         def reset(self, *, seed=None, options=None):
             task = self.start_episode(seed, options)   # seeds, picks the task, turn = 0
             return task.prompt, self.make_info()
 
-        def step(self, action):
-            self.turn += 1
+        def step(self, action) -> skyhub.StepResult:
+            self.next_turn()                            # count this turn: always first
             ...
-            return obs, reward, terminated, truncated, self.make_info(outcome=..., ...)
+            if <the agent answered>:
+                return "", reward, True, False, self.make_info("success", ...)
+            if self.out_of_turns:
+                return self.out_of_turns_step(reward_breakdown=...)
+            return f"{obs} {self.turns_left_note()}", 0.0, False, False, self.make_info()
+
+The turn budget and the end rule (one rule, gymnasium's meaning of the two flags;
+`end_flags` computes it, `out_of_turns_step` uses it):
+- `terminated`: the task reached its own end: the agent answered, gave its solution or said
+  it is done (on any turn, the last one included), whatever that scores. An episode of one
+  turn (`max_turns=1`) always terminates: that turn *is* the task's one attempt, not a limit
+  put on a longer task (and gymnasium's env checker rejects an env that truncates after one
+  step).
+- `truncated`: a budget of several turns (or a time limit) ran out before the task's end, a
+  limit outside the task's own rules; the final step still carries the episode's score and
+  `reward_breakdown` (a verifier may still run).
+An episode's turns are counted by `next_turn()` (an env that forgets it never runs out of
+turns: `skyhub check` fails it); `turns_left_note()` is the one wording of the reminder.
 
 The contract every env keeps (checked by `skyhub check ID`):
 - observations and actions are `str`; `observation_space`/`action_space` are `UnicodeText`;
@@ -58,6 +74,9 @@ OUTCOMES = ("running", "success", "failure", "error")
 
 REQUIRED_INFO_KEYS = ("task_id", "turn", "outcome", "infra_error")
 
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+"""What `TextEnv.step` returns: `(observation, reward, terminated, truncated, info)`."""
+
 
 class TextEnv(gymnasium.Env[str, str]):
     """A gymnasium env whose observations and actions are text.
@@ -76,7 +95,7 @@ class TextEnv(gymnasium.Env[str, str]):
     #: strings. The env must still accept text past them.
     stop_strings: tuple[str, ...] = ()
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_turns: int | None = None) -> None:
         super().__init__()
         self.observation_space = UnicodeText()
         self.action_space = UnicodeText()
@@ -85,6 +104,60 @@ class TextEnv(gymnasium.Env[str, str]):
         self.turn: int = 0
         self.render_mode: str | None = None
         self._closed = False
+        if max_turns is not None:  # a subclass may also set self.max_turns itself
+            self.max_turns = max_turns
+
+    # ------------------------------------------------------------------ the turn budget
+    @property
+    def max_turns(self) -> int | None:
+        """The most turns an episode may take (None: no budget). Set it (or pass it to
+        `__init__`) once; a value below 1 is a `ValueError`."""
+        return getattr(self, "_max_turns", None)
+
+    @max_turns.setter
+    def max_turns(self, value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+            raise ValueError(f"max_turns must be >= 1, got {value}")
+        self._max_turns = None if value is None else int(value)
+
+    def next_turn(self) -> int:
+        """Count the turn this `step` is (its first line); returns the turn's number."""
+        self.turn += 1
+        return self.turn
+
+    @property
+    def turns_left(self) -> int | None:
+        """Turns the agent may still take in this episode (None without a budget)."""
+        return None if self.max_turns is None else max(self.max_turns - self.turn, 0)
+
+    @property
+    def out_of_turns(self) -> bool:
+        """True once the turn budget is spent: the episode must end at this step."""
+        return self.turns_left == 0  # turns_left is never below 0; None: no budget
+
+    def turns_left_note(self) -> str:
+        """The reminder every family appends to an observation: "(2 turns left)", "(1 turn
+        left)"; "" without a budget."""
+        left = self.turns_left
+        if left is None:
+            return ""
+        return "(1 turn left)" if left == 1 else f"({left} turns left)"
+
+    def end_flags(self, task_ended: bool) -> tuple[bool, bool]:
+        """`(terminated, truncated)` of an episode's final step by the end rule (module
+        docstring): `task_ended` when the agent answered / solved / said done; else the turn
+        budget (or a time limit) ended it, which truncates unless the episode has one turn."""
+        if task_ended or self.max_turns == 1:
+            return True, False
+        return False, True
+
+    def out_of_turns_step(self, obs: str = "", *, reward: float = 0.0,
+                          outcome: str = "failure", **info: Any) -> StepResult:
+        """The step that ends an episode whose turn budget ran out (flags by `end_flags`),
+        `outcome` "failure" unless said otherwise; `info` goes to `make_info` (give it
+        `reward_breakdown`)."""
+        terminated, truncated = self.end_flags(task_ended=False)
+        return obs, float(reward), terminated, truncated, self.make_info(outcome, **info)
 
     # ------------------------------------------------------------------ helpers for authors
     def start_episode(self, seed: int | None = None,

@@ -23,17 +23,13 @@ from typing import TYPE_CHECKING, Any
 from gymnasium.envs.registration import EnvSpec as _GymEnvSpec
 from gymnasium.error import Error as GymnasiumError
 
-from skyhub.errors import EnvNotFound, RegistrationError, SkyhubError, UsageError
+from skyhub.errors import EnvNotFound, MissingDependency, RegistrationError, UsageError
 
 if TYPE_CHECKING:
     from skyhub.env import TextEnv
 
 ENTRY_POINT_GROUP = "skyhub.envs"
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
-
-
-class MissingDependency(SkyhubError, ImportError):
-    """An env's optional dependency is not installed; the message names the extra to install."""
 
 
 @dataclass
@@ -239,6 +235,7 @@ class KwargInfo:
     annotation: Any
     doc: str = ""
     owner: str = ""  # the function whose parameter it is
+    deprecated: bool = False  # an old name of another kwarg (`skyhub.deprecation`)
 
 
 def accepted_kwargs(env: str | EnvSpec, kwargs: dict[str, Any] | None = None
@@ -265,7 +262,7 @@ def check_kwargs(s: EnvSpec, kwargs: dict[str, Any]) -> None:
     if complete:
         unknown = [k for k in kwargs if k not in accepted]
         if unknown:
-            names = sorted(accepted)
+            names = sorted(n for n, info in accepted.items() if not info.deprecated)
             hints = []
             for k in unknown:
                 close = difflib.get_close_matches(k, names, n=1, cutoff=0.6)
@@ -316,6 +313,8 @@ def _collect(fn: Any, kwargs: dict[str, Any], found: dict[str, KwargInfo], seen:
     if id(fn) in seen:
         return True
     seen.add(id(fn))
+    renamed = getattr(fn, "__renamed_kwargs__", {})  # skyhub.deprecation.renamed_kwargs
+    fn = inspect.unwrap(fn)
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -331,6 +330,11 @@ def _collect(fn: Any, kwargs: dict[str, Any], found: dict[str, KwargInfo], seen:
                 and not (p.kind is p.POSITIONAL_OR_KEYWORD and k < given[0]):
             found[p.name] = KwargInfo(p.name, p.default, hints.get(p.name), docs.get(p.name, ""),
                                       getattr(fn, "__qualname__", ""))
+    for old, new in renamed.items():  # old names still pass (they warn when used)
+        if new in found and old not in found:
+            found[old] = dataclasses.replace(found[new], name=old,
+                                             doc=f"deprecated: the old name of {new}",
+                                             deprecated=True)
     if varkw is None or varkw.startswith("_"):
         return True
     targets = _targets(fn, cls, varkw, kwargs)

@@ -1,4 +1,4 @@
-"""Tolerant parsing of tag protocols (`<sql>...</sql>`, `<answer>...</answer>`).
+"""Tolerant parsing of tagged model output (`<sql>...</sql>`, `<answer>...</answer>`).
 
 Model output is messy: tags are left open at a stop string, repeated, nested, upper-cased or
 wrapped in prose. These helpers find what the model most plausibly meant and never raise:

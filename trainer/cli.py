@@ -1,7 +1,8 @@
 """`skyhub train`: train a policy on a skyhub env from a recipe (extra `train`).
 
 The trainer is imported inside the command, so `skyhub --help` stays fast and works without
-torch installed.
+torch installed. Core's CLI finds it through the entry point `train` of the group
+`skyhub.cli` (pyproject.toml), so core imports no trainer.
 """
 
 from __future__ import annotations

@@ -53,6 +53,10 @@ class EnvConfig:
 
 @dataclass
 class RolloutConfig:
+    """How episodes are played: a recipe's `rollout:` section, and what `Rollout` reads (the
+    one definition: `skyhub.trainer.rollout.RolloutConfig` is this class). `train` passes
+    `Rollout` a copy whose empty `stop` is filled with the env's stop strings."""
+
     engine: str = "hf"  # "hf" or "vllm"
     samples_per_prompt: int = 5
     temperature: float = 1.0

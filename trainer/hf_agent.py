@@ -21,9 +21,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from skyhub.agents import Agent, Reply
 from skyhub.chat import Message
 from skyhub.errors import UsageError
+from skyhub.eval.agents import Agent, Reply
 
 
 def resolve_model_dir(path: str) -> tuple[str, str]:

@@ -17,7 +17,7 @@ import queue
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +248,6 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     from skyhub.trainer.chat import ChatFormat
     from skyhub.trainer.learner import Learner
     from skyhub.trainer.policy import compute_dtype
-    from skyhub.trainer.rollout import RolloutConfig
 
     out = Path(cfg.loop.out)
     random.seed(cfg.loop.seed)
@@ -273,10 +272,7 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     chat = ChatFormat(tokenizer)
     if r.chat_layout == "assistant-message":
         chat.check_inline()  # a tokenizer this layout cannot use fails before envs start
-    rollout_cfg = RolloutConfig(max_turns=r.max_turns, max_tokens_per_turn=r.max_tokens_per_turn,
-                                max_input_tokens=r.max_input_tokens, temperature=r.temperature,
-                                top_p=r.top_p, stop=tuple(r.stop) or env_stop,
-                                chat_layout=r.chat_layout)
+    rollout_cfg = replace(r, stop=list(r.stop) or list(env_stop))  # empty: the env's
     learner_kwargs = {"temperature": r.temperature, "pad_id": tokenizer.pad_token_id,
                       "pack": cfg.optim.pack, "norm_len": r.max_turns * r.max_tokens_per_turn,
                       "dtype": compute_dtype(cfg.model.dtype, D.device())}

@@ -30,12 +30,15 @@ from typing import Any
 
 from skyhub.errors import UsageError
 from skyhub.trainer.chat import LAYOUTS, ChatFormat
+from skyhub.trainer.config import RolloutConfig  # one definition: a recipe's `rollout:`
 from skyhub.trainer.engines import Engine, SamplingParams
 
 
 @dataclass
-class Episode:
-    """One episode, ready for the learner."""
+class Trajectory:
+    """One episode's token record (ids, loss mask, logprobs, reward), ready for the learner.
+
+    Not `skyhub.Episode`, which is an episode's chat transcript."""
 
     group: int  # episodes with the same group index share a prompt (GRPO's group)
     task_id: str
@@ -74,17 +77,6 @@ class Episode:
         return min((v for v in self.versions if v >= 0), default=-1)
 
 
-@dataclass
-class RolloutConfig:
-    max_turns: int = 1
-    max_tokens_per_turn: int = 256
-    max_input_tokens: int = 4096
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: tuple[str, ...] = ()
-    chat_layout: str = "user-turns"  # or "assistant-message" (skyhub.trainer.chat.LAYOUTS)
-
-
 class Rollout:
     """Plays groups of episodes on a VectorEnv (created with `autoreset_mode="disabled"`)."""
 
@@ -100,15 +92,15 @@ class Rollout:
             chat.check_inline()
 
     def run(self, task_ids: Sequence[str], group_size: int, *, seed: int = 0
-            ) -> list[Episode]:
+            ) -> list[Trajectory]:
         """`group_size` episodes of each task, in group order (`group_size` contiguous
         episodes per task, as the advantage estimators expect). Episode k's sampling seeds
         derive from `seed` and k, so a run is reproducible whatever order envs finish in."""
-        todo = deque(Episode(group=g, task_id=t, seed=seed * 1_000_003 + g * group_size + j)
+        todo = deque(Trajectory(group=g, task_id=t, seed=seed * 1_000_003 + g * group_size + j)
                      for g, t in enumerate(task_ids) for j in range(group_size))
         episodes = list(todo)
         free = deque(range(self.venv.num_envs))
-        live: dict[int, Episode] = {}  # env id -> its episode
+        live: dict[int, Trajectory] = {}  # env id -> its episode
         waiting: list[int] = []  # env ids whose episode needs the agent's next turn
         in_flight = 0
         t0, gen_s, env_wait_s = time.perf_counter(), 0.0, 0.0
@@ -141,7 +133,7 @@ class Rollout:
                       "env_wait_s": env_wait_s}
         return episodes
 
-    def _observe(self, i: int, ep: Episode, obs: str, reward: float, terminated: bool,
+    def _observe(self, i: int, ep: Trajectory, obs: str, reward: float, terminated: bool,
                  truncated: bool, info: dict[str, Any]) -> bool:
         """Record an env result; True when the episode is over."""
         if info.get("infra_error"):
@@ -175,7 +167,7 @@ class Rollout:
             return True
         return False
 
-    def _close_message(self, ep: Episode) -> None:
+    def _close_message(self, ep: Trajectory) -> None:
         """`assistant-message`: end the episode's one message with EOS, as skyrl-train does
         unless the last turn was cut at the token limit (then the message stays open)."""
         eos = self.chat.tokenizer.eos_token_id
@@ -184,7 +176,7 @@ class Rollout:
             return
         ep.add([eos], agent=True, logprobs=[0.0], versions=[ep.versions[-1]])
 
-    def _act(self, env_ids: list[int], live: dict[int, Episode]) -> None:
+    def _act(self, env_ids: list[int], live: dict[int, Trajectory]) -> None:
         """One generate call for every waiting episode, then send the actions."""
         eps = [live[i] for i in env_ids]
         # An episode near max_input_tokens gets a shorter turn; batch those on their own.
@@ -194,7 +186,7 @@ class Rollout:
         for limit in sorted(set(budget)):
             idx = [k for k, b in enumerate(budget) if b == limit]
             params = SamplingParams(max_tokens=limit, temperature=self.cfg.temperature,
-                                    top_p=self.cfg.top_p, stop=self.cfg.stop,
+                                    top_p=self.cfg.top_p, stop=tuple(self.cfg.stop),
                                     stop_token_ids=self.chat.stop_token_ids)
             batch = [eps[k] for k in idx]
             outs = self.engine.generate([e.token_ids for e in batch], params,
@@ -205,3 +197,8 @@ class Rollout:
                 e.finish_reason = c.finish_reason
                 texts[k] = c.text
         self.venv.send(texts, env_ids)
+
+
+#: The old name of `Trajectory` (a token record, not a `skyhub.Episode` transcript), kept so old
+#: imports work.
+Episode = Trajectory

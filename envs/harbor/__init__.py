@@ -1,6 +1,6 @@
 """Harbor tasks (Terminal-Bench's successor format) as step-by-step envs, in Docker.
 
-    env = skyhub.make("harbor", path="path/to/task-or-dataset")
+    env = skyhub.make("harbor", data_dir="path/to/task-or-dataset")
     env = skyhub.make("harbor-examples")             # bundled tasks, offline
 
 Registration only: docker is imported when an env is made.
@@ -15,6 +15,6 @@ register("harbor", "skyhub.envs.harbor.env:HarborEnv",
                      "session, then tests/test.sh writes the reward.",
          tags=("harbor", "terminal", "shell", "multi-turn", "tool-use", "docker"))
 register("harbor-examples", "skyhub.envs.harbor.env:HarborEnv",
-         kwargs={"path": str(Path(__file__).parent / "data" / "examples")},
+         kwargs={"data_dir": str(Path(__file__).parent / "data" / "examples")},
          description="Bundled Harbor-format tasks built FROM debian:bookworm-slim (offline).",
          tags=("harbor", "terminal", "shell", "multi-turn", "tool-use", "docker", "offline"))

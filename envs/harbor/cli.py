@@ -26,7 +26,7 @@ def convert_cmd(
     """Convert Terminal-Bench tasks (task.yaml, docker-compose.yaml, solution.sh,
     run-tests.sh, tests/) into Harbor tasks (task.toml, instruction.md, environment/,
     solution/solve.sh, tests/test.sh writing the reward), as Harbor's `harbor tasks migrate`
-    does. Exit code 1 when a task could not be converted. `skyhub.make("harbor", path=SRC)`
+    does. Exit code 1 when a task could not be converted. `skyhub.make("harbor", data_dir=SRC)`
     also reads Terminal-Bench tasks directly, converting them into a cache."""
     from skyhub.errors import DataNotFound
 

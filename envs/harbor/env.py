@@ -45,8 +45,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from skyhub.deprecation import renamed_kwargs
+from skyhub.env import StepResult
 from skyhub.envs.terminal import judge
-from skyhub.envs.terminal.env import Step, TerminalEnv
+from skyhub.envs.terminal.env import TerminalEnv
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
 
 from . import container, verifier
@@ -71,8 +73,9 @@ def _put_dir(container_: Any, src: Path, name: str) -> None:
 
 
 class HarborEnv(TerminalEnv):
-    """Kwargs: `path` (a Harbor task or dataset directory, or a Terminal-Bench one; required),
-    `max_turns`, `command_timeout` (s per agent command), `max_tool_calls` and `turn_timeout`
+    """Kwargs: `data_dir` (a Harbor task or dataset directory, or a Terminal-Bench one;
+    required; formerly `path`), `max_turns`, `command_timeout_s` (per agent command),
+    `max_tool_calls` and `turn_timeout_s`
     (per turn, as for `terminal`), `max_output`, `isolation` ("harbor": as Harbor runs tasks;
     "training": skyhub's stricter sandbox), `reward_key` (which named reward of reward.json is
     the episode's reward, when it has several and no `reward`), `allowlist` ("no-network" or
@@ -81,13 +84,15 @@ class HarborEnv(TerminalEnv):
     logs: `<logs_dir>/<task>/<n>/{agent,verifier,artifacts}`; default a temporary directory,
     kept). Docker only: a Harbor task is its Docker image."""
 
-    def __init__(self, *, path: str | Path | None = None, max_turns: int = 50,
-                 command_timeout: float = 60.0, max_output: int = 16384,
-                 max_tool_calls: int = 8, turn_timeout: float | None = None,
+    @renamed_kwargs(path="data_dir", command_timeout="command_timeout_s",
+                    turn_timeout="turn_timeout_s")
+    def __init__(self, *, data_dir: str | Path | None = None, max_turns: int = 50,
+                 command_timeout_s: float = 60.0, max_output: int = 16384,
+                 max_tool_calls: int = 8, turn_timeout_s: float | None = None,
                  isolation: str = "harbor", reward_key: str | None = None,
                  allowlist: str | None = None, logs_dir: str | Path | None = None) -> None:
-        if path is None:
-            raise UsageError("harbor needs path= a Harbor task directory (task.toml, "
+        if data_dir is None:
+            raise UsageError("harbor needs data_dir= a Harbor task directory (task.toml, "
                              "instruction.md, environment/, tests/) or a dataset of them; "
                              "`harbor-examples` has bundled ones")
         if isolation not in container.ISOLATIONS:
@@ -95,9 +100,9 @@ class HarborEnv(TerminalEnv):
                              f"{isolation!r}")
         if allowlist not in (None, "no-network", "public"):
             raise UsageError(f"allowlist must be 'no-network' or 'public', got {allowlist!r}")
-        super().__init__(path=path, backend="docker", max_turns=max_turns,
-                         command_timeout=command_timeout, max_output=max_output,
-                         max_tool_calls=max_tool_calls, turn_timeout=turn_timeout)
+        super().__init__(data_dir=data_dir, backend="docker", max_turns=max_turns,
+                         command_timeout_s=command_timeout_s, max_output=max_output,
+                         max_tool_calls=max_tool_calls, turn_timeout_s=turn_timeout_s)
         self.isolation, self.reward_key, self.allowlist = isolation, reward_key, allowlist
         self.logs_dir = Path(logs_dir).expanduser() if logs_dir is not None else None
         self._episodes = 0
@@ -223,13 +228,13 @@ class HarborEnv(TerminalEnv):
         container.await_healthy(sb, step.get("healthcheck"), user=str(sb.user),
                                 task_id=task.id)
 
-    def step(self, action: str) -> Step:
+    def step(self, action: str) -> StepResult:
         if self._oracle_action is not None and action.strip() == self._oracle_action:
             self._oracle_action = None
             return self._oracle_step()
         return super().step(action)
 
-    def _verify(self, obs: str, *, ended_by: str) -> Step:
+    def _verify(self, obs: str, *, ended_by: str) -> StepResult:
         """The episode's end or a step's: see `_next_step`. The final info says in one line
         why an episode did not succeed (`why`) and where its logs were saved (`logs`)."""
         result = self._next_step(obs, ended_by=ended_by)
@@ -243,7 +248,7 @@ class HarborEnv(TerminalEnv):
                 info["why"] = why
         return result
 
-    def _next_step(self, obs: str, *, ended_by: str) -> Step:
+    def _next_step(self, obs: str, *, ended_by: str) -> StepResult:
         """After a step of a multi-step task: its verifier, then the next step's instruction
         (the same container, a new shell); the last step (or a closed gate) ends the episode
         through TerminalEnv's `_verify`, whose `_judge` gives the aggregate."""
@@ -548,8 +553,8 @@ class HarborEnv(TerminalEnv):
             return None
         return Path(d)
 
-    def _oracle_step(self) -> Step:
-        self.turn += 1
+    def _oracle_step(self) -> StepResult:
+        self.next_turn()
         sb, solution = self._sandbox, self._solution_dir()
         assert solution is not None
         if self._shell is not None:  # nothing of a shell of the agent's runs beside it
@@ -574,6 +579,8 @@ class HarborEnv(TerminalEnv):
             return self._sandbox_lost(obs, e)
         if r.timed_out or time.monotonic() > self._deadline:
             return self._verify(obs, ended_by="timeout")
+        if self.out_of_turns:
+            return self._verify(obs, ended_by="max_turns")
         return obs, 0.0, False, False, self.make_info(oracle_exit_code=r.exit_code)
 
 

@@ -569,7 +569,7 @@ def load_tasks(path: str | Path) -> TaskSet:
     Terminal-Bench tasks (task.yaml) are converted first (cached by content)."""
     root = Path(path).expanduser().resolve()
     if not root.is_dir():
-        raise DataNotFound(f"no Harbor task or dataset at {root}; pass path= a task directory "
+        raise DataNotFound(f"no Harbor task or dataset at {root}; pass data_dir= a task directory "
                            "(task.toml, instruction.md, environment/, tests/), a Terminal-Bench "
                            "task (task.yaml), or a directory of them")
     if is_task_dir(root) or (root / "task.yaml").is_file():

@@ -48,7 +48,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import InfraError, UsageError
+from skyhub.errors import BadReward, InfraError, Tampered, UsageError
 from skyhub.sandbox import base
 
 REWARD_TXT, REWARD_JSON = "/logs/verifier/reward.txt", "/logs/verifier/reward.json"
@@ -67,14 +67,6 @@ CRITICAL = re.compile(rf"{_BIN}/{_NAMES}|{_LIB}/{_LIBS}|/etc/ld\.so\.(cache|conf
 _TOP_LINKS = re.compile(r"/(bin|sbin|lib|lib32|lib64|libx32)")  # merged-/usr's symlinks
 _SHADOWS = re.compile(r"/usr/local/s?bin/(bash|sh|dash|env|sleep)")
 PRELOAD = "/etc/ld.so.preload"
-
-
-class Tampered(Exception):
-    """The agent left the container so that the verifier cannot be run faithfully."""
-
-
-class BadReward(Exception):
-    """No usable reward: missing, not a regular file, too big, or not a number."""
 
 
 # ----------------------------------------------------------------------------- processes

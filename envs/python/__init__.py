@@ -1,6 +1,6 @@
 """Python envs on Jupyter kernels: python-code and python-math.
 
-    env = skyhub.make("python-code")                 # bundled tasks; data=PATH for MBPP/...
+    env = skyhub.make("python-code")                 # bundled tasks; data_dir=PATH for MBPP/...
     env = skyhub.make("python-math", backend="docker")
 
 The agent runs cells with <python>...</python> in a real IPython kernel inside a sandbox and

@@ -4,7 +4,7 @@ The final program is graded in a *separate* sandbox, restored to a clean state (
 killed) before each grading, so nothing the agent left in its kernel (monkeypatched builtins,
 files, background processes) can make a test pass; within the grading, the tests run in a
 process the program cannot reach (`skyhub.envs.python.harness`). A program that breaks the
-grading from inside (kills the harness or the in-sandbox agent) fails the tests it left
+grading from inside (kills the harness or the in-sandbox guest) fails the tests it left
 without a verdict, with `sandbox_broken=True`; only a grading sandbox that is gone (its
 container or daemon) is an infra error.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from skyhub.deprecation import renamed_kwargs
 from skyhub.errors import InfraError, SandboxUnavailable
 from skyhub.sandbox.base import Sandbox, Snapshot
 
@@ -28,18 +29,20 @@ class CodeEnv(KernelEnv):
     """Reward 1 when the program in `<answer>` passes all of the task's tests (0 otherwise,
     or the fraction passed with `partial_credit=True`; the breakdown always has both).
 
-    Kwargs: `data` (JSONL: skyhub's, MBPP, HumanEval or LiveCodeBench rows; default the
-    bundled set), `split`, `test_timeout` (s per test), `partial_credit`, and `KernelEnv`'s.
+    Kwargs: `data_dir` (where the tasks are: a JSONL file of skyhub's, MBPP, HumanEval or
+    LiveCodeBench rows, or a directory holding `<split>.jsonl` or one `*.jsonl`; default the
+    bundled set), `split`, `test_timeout_s` (per test), `partial_credit`, and `KernelEnv`'s.
     """
 
     prompt_template = protocol.CODE_SYSTEM_PROMPT
 
-    def __init__(self, *, data: str | Path | None = None, split: str | None = None,
-                 test_timeout: float = 10.0, partial_credit: bool = False,
+    @renamed_kwargs(data="data_dir", test_timeout="test_timeout_s")
+    def __init__(self, *, data_dir: str | Path | None = None, split: str | None = None,
+                 test_timeout_s: float = 10.0, partial_credit: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.tasks = load_code_tasks(data, split=split)
-        self.test_timeout, self.partial_credit = test_timeout, partial_credit
+        self.tasks = load_code_tasks(data_dir, split=split)
+        self.test_timeout, self.partial_credit = test_timeout_s, partial_credit
         self._grader: tuple[Sandbox, str, Snapshot] | None = None
 
     def _grading_sandbox(self) -> tuple[Sandbox, str]:

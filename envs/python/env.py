@@ -16,20 +16,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyhub.env import TextEnv
+from skyhub.deprecation import renamed_kwargs
+from skyhub.env import StepResult, TextEnv
 from skyhub.errors import InfraError
 
 from . import protocol
 from .kernel import KernelSession
-
-Step = tuple[str, float, bool, bool, dict[str, Any]]
 
 
 class KernelEnv(TextEnv):
     """Run `<python>` cells in a real kernel until `<answer>`; `finish` scores the answer.
 
     Kwargs: `backend` ("auto": docker when a daemon answers, else local bubblewrap),
-    `max_turns`, `cell_timeout` (s; the cell is interrupted, the kernel kept), `max_output`
+    `max_turns`, `cell_timeout_s` (the cell is interrupted, the kernel kept), `max_output`
     (bytes kept per output stream, head and tail), `cpus`, `memory_mb` (the sandbox's limits),
     `warm_reset` (keep a second, clean sandbox ready so resets take milliseconds; False
     halves the sandboxes and makes each reset wait for a kernel's cold start, ~1-2 s).
@@ -40,21 +39,20 @@ class KernelEnv(TextEnv):
     malformed = protocol.MALFORMED
     prompt_template = ""
 
-    def __init__(self, *, backend: str = "auto", max_turns: int = 8, cell_timeout: float = 10.0,
+    @renamed_kwargs(cell_timeout="cell_timeout_s")
+    def __init__(self, *, backend: str = "auto", max_turns: int = 8, cell_timeout_s: float = 10.0,
                  max_output: int = 4096, cpus: float = 1.0, memory_mb: int = 2048,
                  warm_reset: bool = True) -> None:
         super().__init__()
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        if cell_timeout <= 0:
-            raise ValueError(f"cell_timeout must be > 0 seconds, got {cell_timeout}")
+        if cell_timeout_s <= 0:
+            raise ValueError(f"cell_timeout_s must be > 0 seconds, got {cell_timeout_s}")
         if backend not in ("auto", "docker", "local"):
             raise ValueError(f"backend must be 'auto', 'docker' or 'local', not {backend!r}")
-        self.backend, self.max_turns, self.cell_timeout = backend, max_turns, cell_timeout
+        self.backend, self.max_turns, self.cell_timeout = backend, max_turns, cell_timeout_s
         self.max_output, self.cpus, self.memory_mb = max_output, cpus, memory_mb
         self.warm_reset = warm_reset
         self.system_prompt = self.prompt_template.format(max_turns=max_turns,
-                                                         timeout=cell_timeout)
+                                                         timeout=cell_timeout_s)
         self._session: KernelSession | None = None
         self._stats: dict[str, float] = {}
         self._broken = False  # the agent broke its sandbox's runtime this episode
@@ -80,9 +78,9 @@ class KernelEnv(TextEnv):
         return task.prompt, self.make_info()
 
     # -- a turn ----------------------------------------------------------------------------
-    def step(self, action: str) -> Step:
+    def step(self, action: str) -> StepResult:
         assert self.task is not None, "call reset() before step()"
-        self.turn += 1
+        self.next_turn()
         turn = protocol.parse(action, boxed_answers=self.boxed_answers)
         if turn is None:
             self._stats["format_errors"] += 1
@@ -108,16 +106,13 @@ class KernelEnv(TextEnv):
         return self._continue(protocol.output(cell.render(self.cell_timeout)),
                               duration_s=cell.duration_s)
 
-    def _continue(self, obs: str, **extra: Any) -> Step:
+    def _continue(self, obs: str, **extra: Any) -> StepResult:
         if self._broken:
             extra["sandbox_broken"] = True
-        if self.turn >= self.max_turns:
+        if self.out_of_turns:
             extra["error"] = f"no answer within {self.max_turns} turns"
-            return obs, 0.0, False, True, self.make_info(
-                "failure", reward_breakdown=dict(self._stats), **extra)
-        left = self.max_turns - self.turn
-        return (f"{obs}\n({left} turn{'s' if left != 1 else ''} left)", 0.0, False, False,
-                self.make_info(**extra))
+            return self.out_of_turns_step(obs, reward_breakdown=dict(self._stats), **extra)
+        return f"{obs}\n{self.turns_left_note()}", 0.0, False, False, self.make_info(**extra)
 
     def finish(self, content: str) -> tuple[float, str, dict[str, float], dict[str, Any]]:
         """Score a final answer: (reward, outcome, reward breakdown, extra info)."""

@@ -21,7 +21,7 @@ sandbox's workdir, run with `sandbox.exec`, and the directory is removed afterwa
 Anything the program does is a failed test, never an exception. Who is to blame when the
 run breaks (hub/env.py's infra-error rule): a sandbox call that raises (the container or its
 daemon gone) or a sandbox that cannot start Python is `infra_error=True`, so a trainer masks
-the sample; a harness killed from inside (by the program: its parents, the in-sandbox agent,
+the sample; a harness killed from inside (by the program: its parents, the in-sandbox guest,
 `kill -9 -1`) is scored as it stands, every test without a verdict failed, with
 `sandbox_broken=True`.
 """
@@ -257,12 +257,12 @@ def _ended(stdout: str, nonce: str) -> bool:
     return f"{TAG} {nonce} end" in stdout.splitlines()
 
 
-_BROKE = "the program broke its sandbox (killed its harness or the in-sandbox agent)"
+_BROKE = "the program broke its sandbox (killed its harness or the in-sandbox guest)"
 
 
 def _blame_program(sandbox: Sandbox, python: str, r: ExecResult) -> None:
     """For a harness run without its start line: return when the program broke the sandbox's
-    machinery from inside (killed the in-sandbox agent or the harness's parents, `kill -9
+    machinery from inside (killed the in-sandbox guest or the harness's parents, `kill -9
     -1`...), which is the program's failure; `_SandboxFailed` (infra) when the sandbox cannot
     run Python at all. A fresh interpreter answering now tells them apart."""
     probe = _call(sandbox.exec, [python, "-I", "-c", "print('skyhub-probe')"], timeout=60)

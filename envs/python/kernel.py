@@ -1,7 +1,7 @@
 """A Jupyter kernel inside a sandbox, driven from the host: `KernelSession`.
 
 The kernel (ipykernel) and its client (jupyter_client) both run *inside* the sandbox, under
-skyhub's kernel bridge (`skyhub/sandbox/images/python/kernel_bridge.py`); the host talks to the
+skyhub's kernel bridge (`skyhub/envs/python/image/kernel_bridge.py`); the host talks to the
 bridge over the sandbox's process channel (`Sandbox.spawn`). So the sandbox needs no network,
 the kernel's ZeroMQ ports never leave it, and the same code drives Docker and local sandboxes:
 
@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from skyhub.errors import InfraError
-from skyhub.sandbox.base import ChannelBroken, ChannelTimeout, Sandbox
+from skyhub.errors import ChannelBroken, ChannelTimeout, InfraError
+from skyhub.sandbox.base import Sandbox
 
 from .runtime import RUNTIME_PREFIX, local_runtime, make_sandbox
 
@@ -155,7 +155,7 @@ def _cap(text: str, limit: int) -> str:
     """`text` cut to its first and last `limit // 2` characters, with the agent's marker."""
     if len(text) <= limit:
         return text
-    from skyhub.sandbox.agent import TRUNCATION_MARKER
+    from skyhub.sandbox.guest import TRUNCATION_MARKER
 
     half = max(limit // 2, 1)
     return text[:half] + TRUNCATION_MARKER.format(n=len(text) - 2 * half) + text[-half:]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from skyhub.deprecation import renamed_kwargs
+
 from . import protocol
 from .env import KernelEnv
 from .math_check import check_answer, prewarm
@@ -16,24 +18,25 @@ class MathEnv(KernelEnv):
     """Reward 1 when the final answer (`<answer>` or the last `\\boxed{}`) equals the gold
     answer numerically or symbolically (sympy), else 0. The comparison runs in a worker
     process under a time and memory budget (`math_check`): an answer that keeps it busy
-    past `grade_timeout` seconds scores 0 (info `grading: "timed out"`).
+    past `grade_timeout_s` seconds scores 0 (info `grading: "timed out"`).
 
-    Kwargs: `data` (JSONL: skyhub's, GSM8K, MATH or MATH-500 rows; default the bundled set),
-    `split`, `grade_timeout` (s per comparison), and `KernelEnv`'s (`backend`, `max_turns`,
-    `cell_timeout`, `warm_reset`, ...).
+    Kwargs: `data_dir` (where the tasks are: a JSONL file of skyhub's, GSM8K, MATH or
+    MATH-500 rows; default the bundled set), `split`, `grade_timeout_s` (per comparison), and
+    `KernelEnv`'s (`backend`, `max_turns`, `cell_timeout_s`, `warm_reset`, ...).
     """
 
     boxed_answers = True
     malformed = protocol.MALFORMED_MATH
     prompt_template = protocol.MATH_SYSTEM_PROMPT
 
-    def __init__(self, *, data: str | Path | None = None, split: str | None = None,
-                 grade_timeout: float = 10.0, **kwargs: Any) -> None:
+    @renamed_kwargs(data="data_dir", grade_timeout="grade_timeout_s")
+    def __init__(self, *, data_dir: str | Path | None = None, split: str | None = None,
+                 grade_timeout_s: float = 10.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if grade_timeout <= 0:
-            raise ValueError(f"grade_timeout must be > 0 seconds, got {grade_timeout}")
-        self.tasks = load_math_tasks(data, split=split)
-        self.grade_timeout = grade_timeout
+        if grade_timeout_s <= 0:
+            raise ValueError(f"grade_timeout_s must be > 0 seconds, got {grade_timeout_s}")
+        self.tasks = load_math_tasks(data_dir, split=split)
+        self.grade_timeout = grade_timeout_s
         prewarm()
 
     def finish(self, content: str) -> tuple[float, str, dict[str, float], dict[str, Any]]:

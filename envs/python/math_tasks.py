@@ -63,9 +63,9 @@ def load_math_tasks(data: str | Path | None = None, split: str | None = None) ->
     """
     path = BUNDLED_MATH if data is None else Path(data).expanduser()
     if not path.is_file():
-        raise DataNotFound(f"math task file not found: {path}. Pass data=PATH to a JSONL file "
-                           "(skyhub, GSM8K, MATH or MATH-500 rows) or omit data for the "
-                           "bundled problems")
+        raise DataNotFound(f"math task file not found: {path}. Pass data_dir=PATH "
+                           "(load_math_tasks: data=PATH) to a JSONL file (skyhub, GSM8K, MATH "
+                           "or MATH-500 rows) or omit data_dir for the bundled problems")
     source = "skyhub" if data is None else path.stem
     tasks = []
     for i, (lineno, row) in enumerate(read_rows(path)):

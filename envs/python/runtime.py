@@ -1,9 +1,10 @@
 """Sandboxes that can run skyhub's kernel bridge: `make_sandbox` and, for the local backend,
 the read-only runtime (`local_runtime`) a bubblewrap sandbox needs to start it.
 
-The agent and the bridge are copied into a per-process dir under the local sandbox base
-(`.runtime-<pid>`, readable by every sandbox uid), removed when the process exits; dirs of
-processes that died without that are removed by the next process that makes one.
+The guest (skyhub's in-sandbox daemon) and the bridge are copied into a per-process dir under
+the local sandbox base (`.runtime-<pid>`, readable by every sandbox uid), removed when the
+process exits; dirs of processes that died without that are removed by the next process that
+makes one.
 """
 
 from __future__ import annotations
@@ -23,18 +24,21 @@ from skyhub.errors import SandboxUnavailable
 from skyhub.sandbox.base import Sandbox
 
 _SANDBOX_PKG = Path(__file__).resolve().parents[2] / "hub" / "sandbox"
+#: the Python family's image: its Dockerfile and the kernel bridge (`skyhub images build`
+#: finds it through the `skyhub.images` entry point)
+IMAGE_DIR = Path(__file__).resolve().parent / "image"
 OPT = "/opt/skyhub"
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def _sandbox_files() -> tuple[Path, Path]:
-    """The host paths of the agent and the kernel bridge (installed or source tree)."""
+    """The host paths of the guest and the kernel bridge (installed or source tree)."""
     import skyhub.sandbox
 
     pkg = Path(skyhub.sandbox.__file__).resolve().parent
-    if not (pkg / "agent.py").is_file():  # pragma: no cover - a broken install
+    if not (pkg / "guest.py").is_file():  # pragma: no cover - a broken install
         pkg = _SANDBOX_PKG
-    return pkg / "agent.py", pkg / "images" / "python" / "kernel_bridge.py"
+    return pkg / "guest.py", IMAGE_DIR / "kernel_bridge.py"
 
 
 def _readable_by_others(path: str) -> bool:
@@ -63,7 +67,7 @@ RUNTIME_PREFIX = ".runtime-"
 
 @functools.cache
 def _runtime_dir() -> str:
-    """The agent and the bridge, copied where every sandbox uid can read them: one dir per
+    """The guest and the bridge, copied where every sandbox uid can read them: one dir per
     process, removed when it exits; those of processes that died without that are removed
     here."""
     from skyhub.sandbox.local_scratch import make_base
@@ -100,7 +104,7 @@ def local_runtime() -> tuple[dict[str, str], str]:
     its own path) when a sandbox uid can read it; else the system's python3 with Debian's
     python3-ipykernel. `SandboxUnavailable` says what to install when neither works."""
     runtime = _runtime_dir()
-    mounts = {f"{OPT}/agent.py": f"{runtime}/agent.py",
+    mounts = {f"{OPT}/guest.py": f"{runtime}/guest.py",
               f"{OPT}/kernel_bridge.py": f"{runtime}/kernel_bridge.py"}
     own = [sys.prefix, sys.base_prefix]
     if os.geteuid() != 0 or all(_readable_by_others(p) for p in own):
@@ -145,4 +149,5 @@ def make_sandbox(backend: str = "auto", *, cpus: float = 1.0, memory_mb: int = 2
                      f"not {backend!r}")
 
 
-__all__ = ["OPT", "RUNTIME_PREFIX", "local_runtime", "make_sandbox", "reap_runtime_dirs"]
+__all__ = ["IMAGE_DIR", "OPT", "RUNTIME_PREFIX", "local_runtime", "make_sandbox",
+           "reap_runtime_dirs"]

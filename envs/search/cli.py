@@ -4,6 +4,9 @@
     python -c "import skyhub; skyhub.make('search-qa', index='~/indexes/wiki-bm25', qa=...)"
 
 The index is loaded memory-mapped, so many env processes share one copy in the page cache.
+
+Core's CLI finds this command through the entry point `index` of the group `skyhub.cli`
+(pyproject.toml), so core imports no family.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def index_build(
     backend: Annotated[str, typer.Option(help="Index backend: bm25s or tantivy.")] = "bm25s",
 ) -> None:
     """Index a corpus with BM25 (bm25s or tantivy) and save it; then pass index=OUT_DIR (and
-    the same backend=) to skyhub.make."""
+    the same index_backend=) to skyhub.make."""
     console = Console(stderr=True, highlight=False)
     try:
         from skyhub.envs.search.index import index_class, iter_corpus

@@ -5,51 +5,58 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skyhub.env import TextEnv
+from skyhub.deprecation import renamed_kwargs
+from skyhub.env import StepResult, TextEnv
 from skyhub.errors import InfraError
 
 from . import protocol
 from .qa import load_qa
 from .reward import exact_match, f1
 
-Step = tuple[str, float, bool, bool, dict[str, Any]]
-
 
 class SearchEnv(TextEnv):
     """`<search>q</search>` shows the top-k passages; `<answer>a</answer>` is scored by EM.
 
-    Kwargs: `corpus` (JSONL, default the bundled one), `index` (a directory from
-    `skyhub index build`), `retriever_url` (a Search-R1 retrieval server; then no local
-    index is built), `qa` (JSONL/parquet), `topk`, `max_turns`, `split`, `backend` ("bm25s" or
-    "tantivy"; the same one the `index` directory was built with).
+    Kwargs: `data_dir` (a directory laid out as the bundled data: `corpus.jsonl` and
+    `qa-<split>.jsonl`), or the files one by one: `corpus` (JSONL, default the bundled one),
+    `qa` (JSONL/parquet); `index` (a directory from `skyhub index build`), `retriever_url` (a
+    Search-R1 retrieval server; then no local index is built), `topk`, `max_turns`, `split`,
+    `index_backend` ("bm25s" or "tantivy"; the same one the `index` directory was built with;
+    formerly `backend`), `retriever_timeout_s` and `retries` (per retrieval server request;
+    `retriever_timeout_s` was `timeout`).
     The local index is built once per process and shared by all envs on the same corpus.
     """
 
     stop_strings = ("</search>", "</answer>")
 
-    def __init__(self, *, corpus: str | Path | None = None, index: str | Path | None = None,
-                 qa: str | Path | None = None, retriever_url: str | None = None,
-                 topk: int = 3, max_turns: int = 4, split: str = "dev", backend: str = "bm25s",
-                 dataset: str | None = None, timeout: float = 10.0, retries: int = 3) -> None:
+    @renamed_kwargs(backend="index_backend", timeout="retriever_timeout_s")
+    def __init__(self, *, data_dir: str | Path | None = None, corpus: str | Path | None = None,
+                 index: str | Path | None = None, qa: str | Path | None = None,
+                 retriever_url: str | None = None, topk: int = 3, max_turns: int = 4,
+                 split: str = "dev", index_backend: str = "bm25s", dataset: str | None = None,
+                 retriever_timeout_s: float = 10.0, retries: int = 3) -> None:
         super().__init__()
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
         from .index import index_class
 
-        index_class(backend)  # ValueError naming the choices, even with a retriever_url
+        index_class(index_backend)  # ValueError naming the choices, even with a retriever_url
+        if data_dir is not None:  # the files it holds; `corpus=`/`qa=` still override them
+            d = Path(data_dir).expanduser()
+            corpus = corpus if corpus is not None else d / "corpus.jsonl"
+            qa = qa if qa is not None else d / f"qa-{split}.jsonl"
         self.max_turns, self.topk = max_turns, topk
         self.tasks = load_qa(qa, split=split, dataset=dataset)
         self.system_prompt = protocol.SYSTEM_PROMPT.format(max_turns=max_turns)
         if retriever_url is not None:
             from .retriever import HTTPRetriever
 
-            self.retriever: Any = HTTPRetriever(retriever_url, timeout=timeout, retries=retries)
+            self.retriever: Any = HTTPRetriever(retriever_url, timeout=retriever_timeout_s,
+                                                     retries=retries)
         else:
             from .index import get_index
 
-            self.retriever = get_index(corpus=corpus, index=index, backend=backend)
+            self.retriever = get_index(corpus=corpus, index=index, backend=index_backend)
         self._searched: list[str] = []
 
     def reset(self, *, seed: int | None = None,
@@ -63,19 +70,18 @@ class SearchEnv(TextEnv):
         return {"em": em, "f1": f, "searches": float(len(self._searched)),
                 "format_errors": float(self._format_errors)}
 
-    def _out_of_turns(self, obs_info: dict[str, Any] | None = None) -> Step:
-        info = self.make_info("failure", reward_breakdown=self._breakdown(),
-                              error=f"no answer within {self.max_turns} turns",
-                              **(obs_info or {}))
-        return "", 0.0, False, True, info
+    def _out_of_turns(self, obs_info: dict[str, Any] | None = None) -> StepResult:
+        return self.out_of_turns_step(reward_breakdown=self._breakdown(),
+                                      error=f"no answer within {self.max_turns} turns",
+                                      **(obs_info or {}))
 
-    def step(self, action: str) -> Step:
+    def step(self, action: str) -> StepResult:
         assert self.task is not None, "call reset() before step()"
-        self.turn += 1
+        self.next_turn()
         m = protocol.parse(action)
         if m is None:
             self._format_errors += 1
-            if self.turn >= self.max_turns:
+            if self.out_of_turns:
                 return self._out_of_turns()
             return self._reply(protocol.MALFORMED, error="malformed turn")
         if m.tag == "answer":
@@ -93,15 +99,13 @@ class SearchEnv(TextEnv):
             info = self.make_info("error", infra_error=True, reward_breakdown=self._breakdown(),
                                   error=str(e), query=query)
             return "", 0.0, True, False, info
-        if self.turn >= self.max_turns:
+        if self.out_of_turns:
             return self._out_of_turns({"query": query})
         return self._reply(protocol.information(docs), query=query,
                            doc_ids=[d["id"] for d in docs])
 
-    def _reply(self, obs: str, **extra: Any) -> Step:
-        left = self.max_turns - self.turn
-        obs = f"{obs}\n({left} turn{'s' if left != 1 else ''} left)"
-        return obs, 0.0, False, False, self.make_info(**extra)
+    def _reply(self, obs: str, **extra: Any) -> StepResult:
+        return f"{obs}\n{self.turns_left_note()}", 0.0, False, False, self.make_info(**extra)
 
     def reference_action(self) -> str | None:
         if self.task is None:

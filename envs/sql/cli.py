@@ -4,6 +4,9 @@ The datasets live under one data root, `$SKYHUB_DATA` (or `--root`), one folder 
 loaders look there, so `skyhub data get spider` followed by `skyhub.make("sql-spider",
 split="train")` works without any path. Checksum policy: see
 `skyhub.envs.sql.datasets.download`.
+
+Core's CLI finds these commands through the entry point `data` of the group `skyhub.cli`
+(pyproject.toml), so core imports no family.
 """
 
 from __future__ import annotations

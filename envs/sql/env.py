@@ -68,6 +68,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from skyhub.deprecation import renamed_kwargs
 from skyhub.env import TextEnv
 from skyhub.errors import InfraError, UsageError
 from skyhub.task import Task
@@ -85,7 +86,7 @@ PROTOCOLS = ("skyrl-train", "skyrl-eval")
 REWARDS = ("skyrl", "spider_exec")
 DEFAULT_MAX_TURNS = {"skyrl-train": 6, "skyrl-eval": 5}
 #: the time limit of the solution's and the gold's queries: skyrl-gym scores with 30 s,
-#: SkyRL-SQL's evaluation with 40 s (the agent's exploring queries have `timeout_s`)
+#: SkyRL-SQL's evaluation with 40 s (the agent's exploring queries have `query_timeout_s`)
 SCORING_TIMEOUT_S = {"skyrl-train": 30.0, "skyrl-eval": 40.0}
 
 
@@ -132,7 +133,7 @@ class SQLEnv(TextEnv):
         max_turns: skyrl-train: turns per episode (6, as SkyRL-SQL trains with);
             skyrl-eval: tool rounds before the final answer (5, as SkyRL-SQL evaluates).
         max_rows / max_chars: how much of a result an observation shows.
-        timeout_s: time limit of the agent's exploring queries.
+        query_timeout_s: time limit of the agent's exploring queries (formerly `timeout_s`).
         solution_timeout_s: time limit of the solution's and the gold's queries (30 s in
             skyrl-train as skyrl-gym, 40 s in skyrl-eval as SkyRL-SQL's evaluation).
         result_cache: reuse the result of a query already run in the episode (an agent often
@@ -149,10 +150,11 @@ class SQLEnv(TextEnv):
 
     stop_strings = proto.STOP_STRINGS
 
+    @renamed_kwargs(timeout_s="query_timeout_s")
     def __init__(self, *, dataset: str = "spider", data_dir: str | Path | None = None,
                  split: str = "dev", engine: str = "sqlite", protocol: str = "skyrl-train",
                  reward: str | None = None, max_turns: int | None = None, max_rows: int = 50,
-                 max_chars: int = 4000, timeout_s: float = 5.0,
+                 max_chars: int = 4000, query_timeout_s: float = 5.0,
                  solution_timeout_s: float | None = None, example_rows: int = 3,
                  dsn: str | None = None, result_cache: bool = True, data_prompt: bool = True,
                  **dataset_kwargs: Any) -> None:
@@ -163,15 +165,14 @@ class SQLEnv(TextEnv):
         if reward not in REWARDS:
             raise UsageError(f"reward must be 'skyrl' or 'spider_exec', got {reward!r}")
         max_turns = DEFAULT_MAX_TURNS[protocol] if max_turns is None else max_turns
-        if max_turns < 1:
-            raise UsageError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = max_turns  # ValueError below 1 (TextEnv), before any data is read
         self.data = load_dataset(dataset, data_dir=data_dir, split=split, **dataset_kwargs)
         self.tasks = self.data.tasks
-        self.protocol, self.reward_kind, self.max_turns = protocol, reward, max_turns
+        self.protocol, self.reward_kind = protocol, reward
         self.max_rows, self.max_chars, self.example_rows = max_rows, max_chars, example_rows
         self.solution_timeout_s = (SCORING_TIMEOUT_S[protocol] if solution_timeout_s is None
                                    else solution_timeout_s)
-        engine_kwargs: dict[str, Any] = {"timeout_s": timeout_s}
+        engine_kwargs: dict[str, Any] = {"timeout_s": query_timeout_s}
         if engine == "postgres":
             engine_kwargs["dsn"] = dsn
         self.engine = make_engine(engine, **engine_kwargs)
@@ -213,13 +214,13 @@ class SQLEnv(TextEnv):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         assert self.task is not None, "call reset() before step()"
-        self.turn += 1
+        self.next_turn()
         action = action if isinstance(action, str) else str(action)
         self._actions.append(action)
         if self.protocol == "skyrl-train":
-            if proto.ends_episode(action) or self.turn >= self.max_turns:
+            if proto.ends_episode(action) or self.out_of_turns:
                 return self._finish()
-        elif proto.last_solution(action) is not None or self.turn > self.max_turns:
+        elif proto.last_solution(action) is not None or self.out_of_turns:
             return self._finish()
         turn = proto.parse_turn(action)
         sql_error = True
@@ -238,14 +239,23 @@ class SQLEnv(TextEnv):
         return obs, 0.0, False, False, self.make_info(db_id=self.task.meta["db_id"],
                                                       sql_error=sql_error)
 
+    @property
+    def turns_left(self) -> int | None:
+        """Turns the agent may still take: skyrl-eval's `max_turns` counts tool rounds, and
+        one more turn follows them for the final answer."""
+        extra = 1 if getattr(self, "protocol", None) == "skyrl-eval" else 0
+        return max(self.max_turns + extra - self.turn, 0)
+
     def _reminder(self) -> str:
+        # The SQL protocol's own wording, not TextEnv.turns_left_note(): SkyRL-SQL's prompts
+        # say "You have N turns" (and skyrl-eval counts queries, not turns); tests pin it.
         left = self.max_turns - self.turn
         if self.protocol == "skyrl-eval":
             if left <= 0:
                 return ("No more queries will run: give your final SQL query in "
                         "<solution>...</solution> now.")
             return f"You have {left} more turn{'s' if left != 1 else ''} to run queries."
-        reminder = f"You have {left} turn{'s' if left != 1 else ''} left."
+        reminder = "You have 1 turn left." if left == 1 else f"You have {left} turns left."
         if left == 1:
             reminder += " This is the last one: give the final query in <solution>...</solution>."
         return reminder
@@ -365,6 +375,7 @@ class SQLEnv(TextEnv):
         last = self._actions[-1]
         answered = (proto.ends_episode(last) if self.protocol == "skyrl-train"
                     else proto.last_solution(last) is not None)
+        terminated, truncated = self.end_flags(task_ended=answered)  # hub/env.py's end rule
         # skyrl-eval has no format rule; skyrl-train reports SkyRL's verdict under either
         # reward (the format counts in the reward only with reward="skyrl")
         check = proto.skyrl_format(self._actions) if self.protocol == "skyrl-train" else None
@@ -372,14 +383,14 @@ class SQLEnv(TextEnv):
         fmt = -1.0 if violations else 0.0
         if self.reward_kind == "skyrl" and check is not None:
             if not check.ok:
-                return "", -1.0, answered, not answered, self.make_info(
+                return "", -1.0, terminated, truncated, self.make_info(
                     "failure", db_id=db, solution_error=None, format_violations=violations,
                     reward_breakdown={"format": -1.0, "execution": 0.0})
             prediction = check.solution
         else:
             prediction = self._prediction()
         if prediction is None:
-            return "", 0.0, answered, not answered, self.make_info(
+            return "", 0.0, terminated, truncated, self.make_info(
                 "failure", db_id=db, solution_error=None, format_violations=violations,
                 reward_breakdown={"format": fmt, "execution": 0.0})
         gold = self.gold_result()
@@ -390,7 +401,7 @@ class SQLEnv(TextEnv):
                 reward_breakdown={"format": 0.0, "execution": 0.0})
         correct, error = self._judge(prediction, gold)
         reward = float(correct)
-        return "", reward, answered, not answered, self.make_info(
+        return "", reward, terminated, truncated, self.make_info(
             "success" if correct else "failure", db_id=db, solution_error=error,
             format_violations=violations,
             reward_breakdown={"format": fmt, "execution": reward})

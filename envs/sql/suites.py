@@ -31,7 +31,7 @@ Imported when the registry loads the family (envs/sql/__init__.py): dataclasses 
 
 from __future__ import annotations
 
-from skyhub.suites import Suite, SuiteRun, register_suite
+from skyhub.eval.suites import Suite, SuiteRun, register_suite
 
 SOURCE = ("NovaSky (Shu Liu et al.), \"SkyRL-SQL: Matching GPT-4o and o4-mini on Text2SQL with "
           "Multi-Turn RL\", blog post, 20 May 2025, https://novasky-ai.notion.site/skyrl-sql "

@@ -1,7 +1,7 @@
 """Terminal envs: a persistent bash session in a sandbox; verifier scripts decide.
 
     env = skyhub.make("terminal-synth", seed=0)      # generated tasks, endless and offline
-    env = skyhub.make("terminal", path="my-tasks/")   # a directory of task directories
+    env = skyhub.make("terminal", data_dir="my-tasks/")   # a directory of task directories
 
 Commands go in <bash>...</bash>; <done/> ends the episode and the task's verifier runs in the
 same sandbox. Registration only: nothing is imported until an env is made.

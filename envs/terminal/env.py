@@ -27,13 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skyhub.env import TextEnv
+from skyhub.deprecation import renamed_kwargs
+from skyhub.env import StepResult, TextEnv
 from skyhub.errors import InfraError, SandboxUnavailable
 
 from . import judge, protocol
 from .session import CommandResult, ShellSession
-
-Step = tuple[str, float, bool, bool, dict[str, Any]]
 
 SYSTEM_PROMPT = (
     "You are working in a Linux shell (bash) to complete a task. Run one or more commands by "
@@ -53,40 +52,41 @@ MAX_TOOL_CALLS = 8
 
 class TerminalEnv(TextEnv):
     """Kwargs: `synth` (generated tasks; `seed` picks the stream, `n_tasks` how many) or
-    `path` (a task directory or a directory of them; default the bundled examples);
+    `data_dir` (a task directory or a directory of them; default the bundled examples;
+    formerly `path`);
     `backend` ("auto", "docker", "local"), `image` (docker; default skyhub's default image),
-    `max_turns`, `command_timeout` (s per command), `max_tool_calls` (commands per turn),
-    `turn_timeout` (s per turn, all its commands together; default twice `command_timeout`),
+    `max_turns`, `command_timeout_s` (per command), `max_tool_calls` (commands per turn),
+    `turn_timeout_s` (per turn, all its commands together; default twice `command_timeout_s`),
     `max_output` (bytes kept per command), `cpus`, `memory_mb`."""
 
     stop_strings = ("</bash>", "<done/>", "</tool_call>")
     #: The same actions as function-calling tools (see `protocol`), for chat templates.
     tools = protocol.TOOLS
 
+    @renamed_kwargs(path="data_dir", command_timeout="command_timeout_s",
+                    turn_timeout="turn_timeout_s")
     def __init__(self, *, synth: bool = False, seed: int = 0, n_tasks: int = 1000,
-                 path: str | Path | None = None, backend: str = "auto",
-                 image: str | None = None, max_turns: int = 30, command_timeout: float = 30.0,
+                 data_dir: str | Path | None = None, backend: str = "auto",
+                 image: str | None = None, max_turns: int = 30, command_timeout_s: float = 30.0,
                  max_output: int = 16384, cpus: float = 1.0, memory_mb: int = 1024,
                  max_tool_calls: int = MAX_TOOL_CALLS,
-                 turn_timeout: float | None = None) -> None:
+                 turn_timeout_s: float | None = None) -> None:
         super().__init__()
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        if command_timeout <= 0:
-            raise ValueError(f"command_timeout must be > 0 seconds, got {command_timeout}")
+        if command_timeout_s <= 0:
+            raise ValueError(f"command_timeout_s must be > 0 seconds, got {command_timeout_s}")
         if max_tool_calls < 1:
             raise ValueError(f"max_tool_calls must be >= 1, got {max_tool_calls}")
-        turn_timeout = 2 * command_timeout if turn_timeout is None else turn_timeout
-        if turn_timeout <= 0:
-            raise ValueError(f"turn_timeout must be > 0 seconds, got {turn_timeout}")
-        if synth and path is not None:
-            raise ValueError("pass either synth=True (generated tasks) or path=DIR, not both")
-        self.tasks = self._load_tasks(synth=synth, seed=seed, n_tasks=n_tasks, path=path)
+        turn_timeout_s = 2 * command_timeout_s if turn_timeout_s is None else turn_timeout_s
+        if turn_timeout_s <= 0:
+            raise ValueError(f"turn_timeout_s must be > 0 seconds, got {turn_timeout_s}")
+        if synth and data_dir is not None:
+            raise ValueError("pass either synth=True (generated tasks) or data_dir=DIR, not both")
+        self.tasks = self._load_tasks(synth=synth, seed=seed, n_tasks=n_tasks, path=data_dir)
         self.backend, self.image, self.max_turns = backend, image, max_turns
-        self.command_timeout, self.max_output = command_timeout, max_output
-        self.max_tool_calls, self.turn_timeout = max_tool_calls, float(turn_timeout)
+        self.command_timeout, self.max_output = command_timeout_s, max_output
+        self.max_tool_calls, self.turn_timeout = max_tool_calls, float(turn_timeout_s)
         self.cpus, self.memory_mb = cpus, memory_mb
-        self.system_prompt = SYSTEM_PROMPT.format(timeout=command_timeout, max_turns=max_turns,
+        self.system_prompt = SYSTEM_PROMPT.format(timeout=command_timeout_s, max_turns=max_turns,
                                                   max_tool_calls=max_tool_calls,
                                                   turn_timeout=self.turn_timeout)
         self._sandbox: Any = None
@@ -149,9 +149,9 @@ class TerminalEnv(TextEnv):
         self._deadline = time.monotonic() + float(task.meta.get("timeout_s") or 600.0)
         return task.prompt, self.make_info()
 
-    def step(self, action: str) -> Step:
+    def step(self, action: str) -> StepResult:
         assert self.task is not None and self._shell is not None, "call reset() before step()"
-        self.turn += 1
+        self.next_turn()
         act = protocol.parse(action)
         if act.commands:
             outputs: list[str] = []
@@ -168,13 +168,11 @@ class TerminalEnv(TextEnv):
         done = act.done
         if done:
             return self._verify(obs, ended_by="done")
-        if self.turn >= self.max_turns:
+        if self.out_of_turns:
             return self._verify(obs, ended_by="max_turns")
         if time.monotonic() > self._deadline:
             return self._verify(obs, ended_by="timeout")
-        left = self.max_turns - self.turn
-        return (f"{obs}\n({left} turn{'s' if left != 1 else ''} left)", 0.0, False, False,
-                self.make_info())
+        return f"{obs}\n{self.turns_left_note()}", 0.0, False, False, self.make_info()
 
     def _run_commands(self, commands: tuple[str, ...], outputs: list[str]) -> None:
         """Run a turn's commands in order, each within `command_timeout`, all within
@@ -198,7 +196,7 @@ class TerminalEnv(TextEnv):
             self._count(result)
             outputs.append(render(result, timeout))
 
-    def _sandbox_lost(self, obs: str, error: Exception) -> Step:
+    def _sandbox_lost(self, obs: str, error: Exception) -> StepResult:
         """No shell can be started in the sandbox any more. Docker killed or removed from
         outside (or gone): an infra error. Anything else is what the agent broke: the
         verifier still runs where it can and the episode is scored, flagged."""
@@ -225,12 +223,12 @@ class TerminalEnv(TextEnv):
         self._stats["timeouts"] += r.timed_out
         self._stats["restarts"] += r.restarted is not None
 
-    def _verify(self, obs: str, *, ended_by: str) -> Step:
+    def _verify(self, obs: str, *, ended_by: str) -> StepResult:
         """End the episode: the task's judge decides the reward (None: it could not run, for
         reasons outside the agent's reach). `extra["sandbox_broken"]` from the judge, or a
         shell the agent broke before, flags a scored episode whose sandbox the agent broke."""
-        terminated = ended_by in ("done", "sandbox_broken")  # the agent's own end
-        truncated = not terminated
+        # the agent's own end terminates; max_turns or the time limit truncates (hub/env.py)
+        terminated, truncated = self.end_flags(task_ended=ended_by in ("done", "sandbox_broken"))
         if self._shell is not None:  # the agent's shell is no place for the verifier
             self._shell.close()
             self._shell = None

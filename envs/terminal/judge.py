@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from skyhub.errors import InfraError
-from skyhub.sandbox import agent as _agent
+from skyhub.sandbox import guest as _guest
 from skyhub.sandbox.base import ExecResult, Sandbox
 
 #: What the verifier's shell must not inherit from anyone: startup files it would source.
@@ -83,7 +83,7 @@ def docker_exec(sb: Any, argv: list[str], *, user: str, timeout: float,
         raise InfraError(f"Docker cannot run {argv[0]!r} in sandbox container "
                          f"{sb.container.name}: {e}") from e
     sock: socket.socket = getattr(resp, "_sock", resp)
-    out, err = _agent._Capped(max_output), _agent._Capped(max_output)
+    out, err = _guest._Capped(max_output), _guest._Capped(max_output)
     raw, timed_out, deadline = bytearray(), False, start + timeout
     try:
         while True:

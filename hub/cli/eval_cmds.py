@@ -67,7 +67,7 @@ def _console() -> Console:
 
 
 def _agent(spec: str, seed: int, **options: Any) -> Any:
-    from skyhub.agents import load_agent
+    from skyhub.eval.agents import load_agent
 
     try:
         return load_agent(spec, seed=seed, **options)
@@ -118,7 +118,7 @@ def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int 
     """`evaluate.run` under a progress bar showing accuracy so far and infra errors."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from skyhub import evaluate
+    from skyhub.eval import harness as evaluate
 
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(),
                "acc {task.fields[acc]}", "infra {task.fields[infra]}", TimeElapsedColumn())
@@ -229,7 +229,7 @@ def run_cmd(
 
 
 def _write_report(run_dir: Path, console: Console) -> None:
-    from skyhub.report import write_report
+    from skyhub.eval.report import write_report
 
     paths = write_report(run_dir)
     console.print(f"report: {paths['markdown']} and {paths['html']}")
@@ -252,8 +252,8 @@ def compare_cmd(
 
     Accuracy with 95% CI per run; for each run against the first, the paired difference with
     its bootstrap CI, McNemar's exact p and a sign-flip test p."""
-    from skyhub.compare import compare_runs
-    from skyhub.evaluate import dumps
+    from skyhub.eval.compare import compare_runs
+    from skyhub.eval.rundir import dumps
 
     if len(runs) < 2:
         raise typer.BadParameter("give at least two run directories", param_hint="RUNS")
@@ -296,9 +296,9 @@ def suite_cmd(
 
     Every dataset of the suite under its protocol (e.g. skyrl-sql: 5 turns on five Spider
     variants); datasets not downloaded show "no data" with the command that gets them."""
-    from skyhub.report import write_suite_report
-    from skyhub.suites import get_suite
-    from skyhub.suites import list_suites as all_suites
+    from skyhub.eval.report import write_suite_report
+    from skyhub.eval.suites import get_suite
+    from skyhub.eval.suites import list_suites as all_suites
 
     console = _console()
     if list_suites or name is None:

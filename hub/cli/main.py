@@ -1,9 +1,12 @@
 """The `skyhub` command: list, inspect, check, play and evaluate environments; train.
 
-Only typer and rich are imported at module level so that `skyhub --help` stays fast: the
-registry (and with it gymnasium and the env families) is imported inside the commands that
-need it. A `SkyhubError` (unknown id, missing data or dependency) is printed in red without a
-traceback and exits with code 2, like a usage error.
+Only typer (with click) and rich are imported at module level so that `skyhub --help` stays
+fast: the registry (and with it gymnasium and the env families) is imported inside the
+commands that need it. The families' and the trainer's commands (`data`, `index`, `harbor`,
+`train`, `tinker`) come in through the entry-point group `skyhub.cli`, loaded only when one
+is run or listed, so core imports no family and no trainer. A `SkyhubError` (unknown id,
+missing data or dependency) is printed in red without a traceback and exits with code 2,
+like a usage error.
 """
 
 from __future__ import annotations
@@ -13,17 +16,78 @@ import json
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+if TYPE_CHECKING:  # typer vendors click (typer._click); annotations only
+    import click
 
 import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from skyhub.cli.kwargs import parse_kwargs
 from skyhub.cli.play import INPUT_HELP
 from skyhub.errors import SkyhubError
+
+# -------------------------------------------------------- commands of families and the trainer
+# The entry-point group `skyhub.cli` names the commands that live outside core: the families'
+# (`skyhub data`, `skyhub index`, `skyhub harbor`) and the trainer's (`skyhub train`,
+# `skyhub tinker`), so core imports neither. An entry point is a typer app (a command group)
+# or a plain command function. They load lazily, when the command is run or the help lists
+# them, so that importing this module (and `skyhub list`, `skyhub eval ...`) loads none.
+_plugin_commands: dict[str, click.Command | None] = {}  # loaded once per process
+
+
+def _plugin_entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in sorted(entry_points(group="skyhub.cli"), key=lambda e: e.name)}
+
+
+def _load_plugin(ep: Any) -> click.Command | None:
+    """The click command of one `skyhub.cli` entry point; a plugin that fails to load is
+    reported and skipped (None), never a broken CLI."""
+    if ep.name in _plugin_commands:
+        return _plugin_commands[ep.name]
+    try:
+        obj = ep.load()
+        host = typer.Typer(add_completion=False)  # built as core's own commands are
+        if isinstance(obj, typer.Typer):
+            for one in obj.registered_commands:
+                one.callback = _friendly_errors(one.callback)
+            host.add_typer(obj, name=ep.name)
+            command: click.Command | None = typer.main.get_group(host).commands[ep.name]
+        elif callable(obj):
+            host.command(ep.name)(_friendly_errors(obj))
+            command = typer.main.get_command(host)
+        else:
+            raise TypeError(f"{ep.value} is neither a typer app nor a function")
+    except Exception as e:  # a broken plugin must not take the whole CLI down
+        _console(stderr=True).print(Text(f"warning: the {ep.name!r} commands could not be "
+                                         f"loaded ({type(e).__name__}: {e})", style="yellow"))
+        command = None
+    _plugin_commands[ep.name] = command
+    return command
+
+
+class _Commands(TyperGroup):
+    """Core's commands, then those of the `skyhub.cli` entry points (by name; core's win a
+    clash), each loaded when it is run or listed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = super().list_commands(ctx)
+        return names + [name for name, ep in _plugin_entry_points().items()
+                        if name not in self.commands and _load_plugin(ep) is not None]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        ep = _plugin_entry_points().get(cmd_name)
+        return None if ep is None else _load_plugin(ep)
+
 
 app = typer.Typer(
     name="skyhub",
@@ -31,6 +95,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_Commands,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -213,46 +278,20 @@ def play(
 
 def _add_subcommands() -> None:
     from skyhub.cli.bench_cmd import bench_cmd
-    from skyhub.cli.data_cmds import data_app
     from skyhub.cli.eval_cmds import eval_app
-    from skyhub.cli.index_cmds import index_app
     from skyhub.cli.publish_cmds import install_cmd, new_cmd, publish_cmd
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
     from skyhub.cli.serve_cmd import serve_cmd
-    from skyhub.cli.tinker_cmds import tinker_app
-    from skyhub.cli.train_cmd import train_cmd
 
-    for name, sub in (("eval", eval_app), ("sandbox", sandbox_app), ("images", images_app),
-                      ("data", data_app), ("index", index_app), ("tinker", tinker_app)):
+    for name, sub in (("eval", eval_app), ("sandbox", sandbox_app), ("images", images_app)):
         for command in sub.registered_commands:
             command.callback = _friendly_errors(command.callback)
         app.add_typer(sub, name=name)
-    app.command("train")(_friendly_errors(train_cmd))
     app.command("bench")(_friendly_errors(bench_cmd))
     app.command("new")(_friendly_errors(new_cmd))
     app.command("publish")(_friendly_errors(publish_cmd))
     app.command("install")(_friendly_errors(install_cmd))
     app.command("serve")(_friendly_errors(serve_cmd))
-    _add_family_commands()
-
-
-def _add_family_commands() -> None:
-    """Each env family's own commands (entry-point group `skyhub.cli`: a name and a typer
-    app), so core never imports a family; a family whose commands fail to load is reported
-    and skipped, never a broken CLI."""
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group="skyhub.cli"):
-        try:
-            sub = ep.load()
-        except Exception as e:  # a broken plugin must not take the whole CLI down
-            _console(stderr=True).print(Text(f"warning: the {ep.name!r} commands could not be "
-                                             f"loaded ({type(e).__name__}: {e})",
-                                             style="yellow"))
-            continue
-        for command in sub.registered_commands:
-            command.callback = _friendly_errors(command.callback)
-        app.add_typer(sub, name=ep.name)
 
 
 _add_subcommands()

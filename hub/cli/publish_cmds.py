@@ -2,8 +2,8 @@
 
 The path from an idea to an env others can `skyhub.make`: scaffold a package (`new`), check it
 in place (`check PATH`, no install needed), publish it to a directory hub or an index
-(`publish`), and install it elsewhere (`install`). The work is in `skyhub.scaffold` and
-`skyhub.publish`; these functions parse arguments and print.
+(`publish`), and install it elsewhere (`install`). The work is in `skyhub.share`
+(`scaffold`, `publish`, `install`); these functions parse arguments and print.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def new_cmd(
                           "Dockerfile for its image).")] = False,
 ) -> None:
     """Create an env package that registers NAME; it passes `skyhub check` as generated."""
-    from skyhub.scaffold import scaffold
+    from skyhub.share.scaffold import scaffold
 
     path = scaffold(name, directory, sandbox=sandbox)
     out = _console()
@@ -59,7 +59,7 @@ def publish_cmd(
         "--dry-run", help="Show what would be done, and do nothing.")] = False,
 ) -> None:
     """Build an env package's wheel and sdist and publish them (and its image)."""
-    from skyhub.publish import build_command, plan_publish, publish, twine_command
+    from skyhub.share.publish import build_command, plan_publish, publish, twine_command
 
     if not to:
         raise UsageError("say where to publish: --to DIR (a directory hub) or --to URL (an "
@@ -99,7 +99,7 @@ def install_cmd(
     = False,
 ) -> None:
     """Install an env package into this Python, so `skyhub list` and `skyhub.make` see it."""
-    from skyhub.publish import install
+    from skyhub.share.install import install
 
     out = _console()
     out.print(f"installing {name}" + (f" from {source}" if source else "") + " ...")

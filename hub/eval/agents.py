@@ -8,7 +8,7 @@ An agent maps the conversation so far to its next action. Built-ins:
 - `random`: a seeded choice among plausible protocol snippets and garbage, a lower bound
   that exercises the env's handling of malformed actions;
 - `script:module:function`: any Python callable `function(messages) -> str`;
-- `openai:MODEL`: a model behind an OpenAI-compatible chat endpoint (`skyhub.openai_agent`);
+- `openai:MODEL`: a model behind an OpenAI-compatible chat endpoint (`skyhub.eval.openai_agent`);
 - `hf:PATH` and any other `PREFIX:...`: agents that packages register under the entry-point
   group `skyhub.agents` (the trainer registers `hf`, a local transformers model), so that core
   never imports them.
@@ -141,7 +141,7 @@ def load_agent(spec: str, *, seed: int = 0, **options: Any) -> Agent:
     if prefix == "script":
         return _script_agent(spec, target)
     if prefix == "openai":
-        from skyhub.openai_agent import OpenAIAgent
+        from skyhub.eval.openai_agent import OpenAIAgent
 
         return OpenAIAgent(target, seed=seed, **options)
     plugins = {ep.name: ep for ep in entry_points(group="skyhub.agents")}

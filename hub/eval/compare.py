@@ -1,6 +1,7 @@
 """Compare eval runs of one env: is B really better than A, or is it noise?
 
-    cmp = skyhub.compare.compare_runs([Path("runs/base"), Path("runs/tuned")])
+    from skyhub.eval.compare import compare_runs
+    cmp = compare_runs([Path("runs/base"), Path("runs/tuned")])
     print(cmp.to_markdown())
 
 Two runs made with the same env, kwargs, `--n` and `--seed` play the same task with the same
@@ -17,7 +18,6 @@ and neither hit an infra error (an infra error says nothing about the agent):
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from skyhub.errors import UsageError
-from skyhub.evaluate import load_records
-from skyhub.report import headline, is_infra, is_success
+from skyhub.eval.metrics import headline, is_infra, is_success
+from skyhub.eval.rundir import finite, load_records, read_json
 
 BOOTSTRAP_RESAMPLES = 2000
 PERMUTATION_SAMPLES = 10_000
@@ -83,7 +83,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (NaN becomes null)."""
-        return _json_safe(asdict(self))
+        return finite(asdict(self))
 
     def _rows(self) -> list[list[str]]:
         rows = []
@@ -197,14 +197,6 @@ def sign_flip_p(diffs: np.ndarray, *, samples: int = PERMUTATION_SAMPLES,
 
 # -- runs ---------------------------------------------------------------------------------------
 
-def _read_run_json(run_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _labels(run_dirs: list[Path]) -> list[str]:
     """Directory names, with the parent added where two runs share a name."""
     names = [p.name or str(p) for p in run_dirs]
@@ -277,7 +269,7 @@ def compare_runs(run_dirs: list[Path]) -> Comparison:
                          "baseline)")
     labels = _labels(run_dirs)
     records = [load_records(p) for p in run_dirs]
-    configs = [_read_run_json(p) for p in run_dirs]
+    configs = [read_json(p / "run.json") for p in run_dirs]
     runs = [_run_stats(lab, p, recs, cfg)
             for lab, p, recs, cfg in zip(labels, run_dirs, records, configs, strict=True)]
     base = runs[0]
@@ -331,16 +323,6 @@ def _ci(ci: tuple[float, float], *, signed: bool = False) -> str:
 
 def _p(p: float) -> str:
     return "<0.0001" if p < 1e-4 else f"{p:.4f}"
-
-
-def _json_safe(x: Any) -> Any:
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_json_safe(v) for v in x]
-    return x
 
 
 __all__ = ["Comparison", "PairedStats", "RunStats", "compare_runs", "mcnemar_exact",

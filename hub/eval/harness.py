@@ -1,7 +1,10 @@
-"""Run an agent on an env for N episodes, concurrently, and record every episode.
+"""The eval harness: run an agent on an env for N episodes, concurrently, and record every
+episode.
 
-    summary, episodes = skyhub.evaluate.run("toy-lookup", load_agent("oracle"), n=100,
-                                            concurrency=8, out="runs/oracle")
+    from skyhub.eval import harness
+    from skyhub.eval.agents import load_agent
+    summary, episodes = harness.run("toy-lookup", load_agent("oracle"), n=100,
+                                    concurrency=8, out="runs/oracle")
 
 Episodes run through a `VectorEnv` with `send`/`recv`, so a slow episode never holds the
 others back; an agent with `parallel = True` (a model server) is called from one thread per
@@ -13,30 +16,27 @@ running episode, so `concurrency` requests are in flight. Episode k plays the en
 Episodes that end in an infrastructure error (the env's, or the agent's model server failing
 after its retries: `AgentError`) are recorded with `infra_error` and left out of the mean,
 never scored 0. With `out`, each episode is appended to `out/episodes.jsonl` as it finishes
-(the format: docs/eval.md), so Ctrl-C or a crash keeps what finished and `resume=True`
-runs only what is missing (and re-runs infra errors). `skyhub eval` is the command-line face
-of this module; `skyhub.report` turns a run directory into a report.
+(`skyhub.eval.rundir`; the format: docs/eval.md), so Ctrl-C or a crash keeps what finished
+and `resume=True` runs only what is missing (and re-runs infra errors). The figures are
+`skyhub.eval.metrics`'. `skyhub eval` is the command-line face of this module;
+`skyhub.eval.report` turns a run directory into a report.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyhub.agents import Agent, Reply
 from skyhub.chat import Episode
 from skyhub.errors import InfraError, UsageError
-
-# What must match for `resume` to continue a run rather than mix two different ones.
-_RUN_KEYS = ("env_id", "env_kwargs", "agent", "seed")
+from skyhub.eval.agents import Agent, Reply
+from skyhub.eval.metrics import Summary, summarise
+from skyhub.eval.rundir import RunDir, load_records
 
 
 @dataclass
@@ -71,124 +71,6 @@ class EvalEpisode(Episode):
                 "meta": self.meta, "final_info": self.final_info,
                 "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
                 "latency_s": round(self.latency_s, 4), "agent_s": round(self.agent_s, 4)}
-
-
-@dataclass
-class Summary:
-    """What a run scored. `ci95` is accuracy's 95% interval (Wilson's, over the successes of
-    the scored episodes); `mean_reward_ci95` is the mean reward's (normal approximation).
-    Numbers that do not exist (no scored episode) are NaN here and null in `to_dict`, with
-    `message` saying why."""
-
-    env_id: str
-    agent: str
-    n: int
-    mean_reward: float
-    accuracy: float
-    ci95: tuple[float, float]
-    infra_errors: int
-    mean_turns: float
-    outcomes: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    requested: int = 0  # episodes asked for; n < requested when a run was interrupted
-    complete: bool = True
-    tokens: dict[str, int | None] = field(default_factory=dict)
-    mean_reward_ci95: tuple[float, float] = (math.nan, math.nan)
-    scored: int = 0
-    successes: int = 0
-    message: str | None = None  # why accuracy and mean reward are missing
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: tuples as lists, NaN and infinities as None."""
-        d = asdict(self)
-        d["ci95"] = list(self.ci95)
-        d["mean_reward_ci95"] = list(self.mean_reward_ci95)
-        return finite(d)
-
-
-def finite(value: Any) -> Any:
-    """`value` with every NaN or infinite float (at any depth) replaced by None, so that
-    `json.dumps(..., allow_nan=False)` writes valid JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
-
-
-def dumps(value: Any, **kwargs: Any) -> str:
-    """`json.dumps` of `finite(value)` with `allow_nan=False`: every JSON file a run writes
-    goes through here, so a NaN that slips past `finite` fails loudly instead of writing a
-    file no JSON parser reads."""
-    return json.dumps(finite(value), allow_nan=False, **kwargs)
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson's score interval of a proportion (95% by default): it stays inside [0, 1] and
-    behaves at 0% and 100%. NaN for n = 0."""
-    if n <= 0:
-        return (math.nan, math.nan)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def mean_ci95(values: list[float]) -> tuple[float, float]:
-    """95% interval of a mean by the normal approximation (sample sd); NaN below 2 values."""
-    m = len(values)
-    if m < 2:
-        return (math.nan, math.nan)
-    mean = sum(values) / m
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (m - 1))
-    return (mean - 1.96 * sd / math.sqrt(m), mean + 1.96 * sd / math.sqrt(m))
-
-
-def ci95(rewards: list[float]) -> tuple[float, float]:
-    """95% interval of the mean: Wilson's score interval when every reward is 0 or 1 (it stays
-    inside [0, 1] and behaves at 0% and 100%), else the normal approximation."""
-    m = len(rewards)
-    if m == 0:
-        return (float("nan"), float("nan"))
-    if all(r in (0.0, 1.0) for r in rewards):
-        return wilson(int(sum(rewards)), m)
-    return mean_ci95(rewards)
-
-
-def no_score_message(records: list[dict[str, Any]]) -> str:
-    """Why a run has no accuracy: no episode, or every one an infra error (with the first)."""
-    if not records:
-        return "no scored episode: no episode was recorded"
-    first = next((r.get("error") for r in records if r.get("error")), None)
-    return (f"no scored episode: every one of the {len(records)} episodes was an infra error"
-            + (f" (first: {first})" if first else ""))
-
-
-def summarise(env_id: str, agent: str, records: list[dict[str, Any]], seconds: float,
-              requested: int | None = None) -> Summary:
-    """Accuracy (the fraction of episodes without infra errors whose outcome is `success`)
-    with its Wilson interval, and the mean reward over the same episodes with its own
-    interval. `records` are episodes.jsonl lines."""
-    scored = [r for r in records if not r["infra_error"]]
-    rewards = [float(r["reward"]) for r in scored]
-    m = len(rewards)
-    wins = sum(r["outcome"] == "success" for r in scored)
-    outcomes: dict[str, int] = {}
-    for r in records:
-        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
-    tokens = {k: sum(r["tokens"][k] for r in records if r.get("tokens", {}).get(k) is not None)
-              if any(r.get("tokens", {}).get(k) is not None for r in records) else None
-              for k in ("prompt", "completion")}
-    requested = len(records) if requested is None else requested
-    return Summary(
-        env_id=env_id, agent=agent, n=len(records), mean_reward=sum(rewards) / m if m else math.nan,
-        accuracy=wins / m if m else math.nan, ci95=wilson(wins, m), infra_errors=len(records) - m,
-        mean_turns=(sum(r["turns"] for r in records) / len(records)) if records else 0.0,
-        outcomes=outcomes, seconds=seconds, requested=requested,
-        complete=len(records) >= requested, tokens=tokens, mean_reward_ci95=mean_ci95(rewards),
-        scored=m, successes=wins, message=None if m else no_score_message(records))
 
 
 def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8,
@@ -432,69 +314,5 @@ class _DaemonPool:
             self.jobs.put(None)
 
 
-class RunDir:
-    """An eval run directory: `run.json` (what was run), `episodes.jsonl` (appended as
-    episodes finish) and `summary.json`."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def open(self, config: dict[str, Any], *, resume: bool) -> list[dict[str, Any]]:
-        """Start or continue a run; returns the episodes kept from an earlier attempt."""
-        episodes = self.path / "episodes.jsonl"
-        kept: list[dict[str, Any]] = []
-        if resume and (self.path / "run.json").is_file():
-            before = json.loads((self.path / "run.json").read_text())
-            diff = [k for k in _RUN_KEYS if json.dumps(before.get(k), sort_keys=True, default=str)
-                    != json.dumps(config.get(k), sort_keys=True, default=str)]
-            if diff:
-                raise UsageError(
-                    f"--resume: {self.path} holds a different run ("
-                    + "; ".join(f"{k}: {before.get(k)!r} there, {config.get(k)!r} now"
-                                for k in diff)
-                    + "). Resume with the same env, kwargs, --agent and --seed, or pick a new "
-                    "--out directory")
-            kept = [r for r in load_records(self.path) if not r["infra_error"]]
-        elif resume:
-            raise UsageError(f"--resume: {self.path} holds no run (no run.json); drop --resume "
-                             "to start one there")
-        elif episodes.is_file() and episodes.stat().st_size:
-            raise UsageError(f"{episodes} already holds episodes: pass --resume to continue that "
-                             "run, or choose another --out directory")
-        self.path.mkdir(parents=True, exist_ok=True)
-        from skyhub import __version__
-
-        record = {**config, "skyhub_version": __version__,
-                  "started": datetime.now(UTC).isoformat(timespec="seconds")}
-        (self.path / "run.json").write_text(dumps(record, indent=2, default=str) + "\n")
-        self._file = episodes.open("a", encoding="utf-8")
-        return kept
-
-    def append(self, record: dict[str, Any]) -> None:
-        self._file.write(dumps(record, default=str, ensure_ascii=False) + "\n")
-        self._file.flush()
-
-    def write_summary(self, summary: Summary) -> None:
-        self._file.close()
-        (self.path / "summary.json").write_text(dumps(summary.to_dict(), indent=2) + "\n")
-
-
-def load_records(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The episodes of a run directory, sorted by index. A resumed run appends a new line for
-    an episode it re-ran (an infra error retried): the last line for an index wins. A torn
-    last line (a crash mid-write) is skipped."""
-    path = Path(run_dir) / "episodes.jsonl"
-    if not path.is_file():
-        from skyhub.errors import DataNotFound
-
-        raise DataNotFound(f"{path} not found: is {run_dir} the --out directory of a "
-                           "`skyhub eval` run?")
-    by_index: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and "index" in rec:
-            by_index[int(rec["index"])] = rec
-    return [by_index[k] for k in sorted(by_index)]
+# `load_records` reads back what `run(..., out=DIR)` wrote: the two are used together.
+__all__ = ["EvalEpisode", "load_records", "run"]

@@ -39,9 +39,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from skyhub.agents import Agent, ReferenceFn, Reply
 from skyhub.chat import Message
 from skyhub.errors import AgentError, UsageError
+from skyhub.eval.agents import Agent, ReferenceFn, Reply
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RETRY_STATUSES = frozenset({408, 409, 429})

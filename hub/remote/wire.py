@@ -88,7 +88,7 @@ def raise_error(error: dict[str, Any], where: str) -> None:
     if kind in _BUILTIN:
         raise _BUILTIN[kind](text)
     if kind == "MissingDependency":
-        from skyhub.registry import MissingDependency
+        from skyhub.errors import MissingDependency
 
         raise MissingDependency(text)
     if kind == "EnvNotFound":

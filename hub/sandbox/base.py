@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skyhub.errors import ChannelBroken, ChannelTimeout  # noqa: F401  (moved there; kept here)
+
 #: Labels (Docker labels; local scratch directory names carry the same facts).
 LABEL = "skyhub.sandbox"
 LABEL_OWNER_PID = "skyhub.owner_pid"
@@ -45,12 +47,15 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out
 
     @classmethod
-    def from_agent(cls, r: dict[str, Any]) -> ExecResult:
+    def from_guest(cls, r: dict[str, Any]) -> ExecResult:
+        """An ExecResult from the guest's reply to an `exec` request (bytes stdout/stderr)."""
         def text(b: bytes) -> str:
             return b.decode("utf-8", errors="replace")
 
         return cls(int(r["exit_code"]), text(r["stdout"]), text(r["stderr"]),
                    bool(r["timed_out"]), float(r["duration_s"]))
+
+    from_agent = from_guest  # the old name, kept so old callers work
 
 
 @dataclass(frozen=True)
@@ -63,17 +68,9 @@ class Snapshot:
     created: float = field(default_factory=time.time)
 
 
-class ChannelBroken(Exception):
-    """A channel's process ended or its stream failed (killed, container stopped...)."""
-
-
-class ChannelTimeout(ChannelBroken):
-    """The process did not answer in time."""
-
-
 class Channel(abc.ABC):
     """A long-running process in a sandbox that answers requests: one length-prefixed JSON
-    message in, one out (the in-sandbox agent's framing; replies echo the request's `id`).
+    message in, one out (the in-sandbox guest's framing; replies echo the request's `id`).
     What `Sandbox.spawn` returns: kernels and shells that must outlive a single `exec`."""
 
     pid: int = 0

@@ -1,4 +1,5 @@
-"""The `docker` sandbox backend: one container per sandbox, driven by a persistent agent.
+"""The `docker` sandbox backend: one container per sandbox, driven by a persistent guest
+(skyhub's in-sandbox daemon, `skyhub.sandbox.guest`).
 
 Isolation: no network unless `network=True`, CPU/memory (no swap)/process-count limits, all
 capabilities dropped and `no-new-privileges` (unless `privileges="docker"`: Docker's defaults,
@@ -6,16 +7,16 @@ for Harbor tasks run as Harbor runs them), and commands run as the image's user 
 uid 1000, in skyhub's images). The container's pid 1 (docker-init + `sleep infinity`) runs
 as root without capabilities, so a command's `kill -9 -1` cannot stop the container.
 
-Speed: commands go to an agent process inside the container (see `docker_channel`), so a
+Speed: commands go to the guest process inside the container (see `docker_channel`), so a
 warm `exec("true")` costs about 2 ms instead of a Docker exec (~70 ms). Snapshots are tars
 kept in a root-owned directory inside the container (commands cannot tamper with the state a
-pool restores to); `restore` is two agent requests.
+pool restores to); `restore` is two guest requests.
 
 What a restore gives back (the clean state a pool hands out):
 - skyhub's images, run as `sandbox`: every place that user can write is a tmpfs mount of
   `disk_mb` (the workdir, /work, /tmp, /var/tmp, /run/lock, $HOME) or docker's /dev/shm, and
   no other place in the image is writable to it. A snapshot saves them all, a restore kills
-  every process of the user (one kill(-1) from the agent, which runs as that uid) and puts
+  every process of the user (one kill(-1) from the guest, which runs as that uid) and puts
   each place back, empties /dev/mqueue and removes the user's System V IPC objects.
 - other images as a non-root user: the same, over the places a walk of the image finds
   writable (once per image and user, at the first sandbox). Their rootfs stays writable:
@@ -24,7 +25,7 @@ What a restore gives back (the clean state a pool hands out):
   capabilities cannot be told apart from pid 1's tree), an image without python3, or a
   writable file or directory a restore cannot safely redo: `restore` replaces the container
   with a new one from the image, keeping the snapshots (~0.5 s instead of ~25 ms). So does a
-  restore that fails in place (e.g. a tree the agent cannot remove).
+  restore that fails in place (e.g. a tree the guest cannot remove).
 `restore(kill_processes=False)` puts back the workdir only: the processes it keeps may be
 using the other places.
 
@@ -35,7 +36,7 @@ overlay2 can only bound on xfs with project quotas (`storage_opt`, used when `do
 reports xfs); elsewhere each file a command or stream writes is bounded by RLIMIT_FSIZE
 (`disk_mb`; EFBIG or SIGXFSZ past it), not their sum.
 
-Interpreters: the agent runs `python3 -I -u` (isolated: no user site, no PYTHON* variables,
+Interpreters: the guest runs `python3 -I -u` (isolated: no user site, no PYTHON* variables,
 no cwd on sys.path) from a root-owned path with a fixed HOME, on every (re)start, so a hook a
 command plants (usercustomize, .pth, sitecustomize, a json.py) never runs inside it.
 
@@ -66,14 +67,14 @@ from skyhub.sandbox import base
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
 from skyhub.sandbox.docker_channel import (
     SNAPSHOT_DIR,
-    AgentChannel,
     ChannelBroken,
     ChannelTimeout,
     ExecFallback,
     ExecStream,
+    GuestChannel,
     ReplyTooLarge,
-    agent_setup_tar,
     extract_as,
+    guest_setup_tar,
     tar_dir_entry,
     tar_files,
     tar_one,
@@ -174,7 +175,7 @@ class DockerSandbox(Sandbox):
     """A sandbox in a Docker container. See the module docstring for what it isolates.
 
     `image=None` uses skyhub's default image (build it with `skyhub images build`); another
-    image works too: the agent is copied in when it has python3 >= 3.8, else every call uses
+    image works too: the guest is copied in when it has python3 >= 3.8, else every call uses
     Docker's exec API (slow, tens of ms). `user` overrides the image's user for commands.
     `disk_mb` bounds what commands can write (see the module docstring; default half of
     `memory_mb`), `max_reply_mb` what the host buffers of one reply.
@@ -216,7 +217,7 @@ class DockerSandbox(Sandbox):
         self.max_transfer = max(self.max_reply, 2 * (max(self.disk_mb, int(memory_mb)) << 20))
         self._max_file = max(self.disk_mb << 20, self.max_reply // 2)  # what a read returns
         self._lock = threading.Lock()
-        self._chan: AgentChannel | None = None
+        self._chan: GuestChannel | None = None
         self._fallback: ExecFallback | None = None
         self._snaps: dict[str, list[list[str]]] = {}  # id -> [[place, its tar], ...]
         self._keep: list[int] = []  # pids kill_all must spare (pid 1's child, when root)
@@ -310,11 +311,11 @@ class DockerSandbox(Sandbox):
         return r.exit_code, (r.output or b"").decode("utf-8", "replace")
 
     def _setup(self) -> None:
-        """Copy the agent in (foreign images), make the workdir the run user's, start the agent
+        """Copy the guest in (foreign images), make the workdir the run user's, start the guest
         (or the exec fallback), find the places a restore puts back and note which pids
         `kill_all` must spare."""
         if not self._ours:
-            self.container.put_archive("/", agent_setup_tar())
+            self.container.put_archive("/", guest_setup_tar())
             if self._python is None:
                 code, out = self._root(["sh", "-c", _FIND_PYTHON])
                 self._python = out.strip().splitlines()[-1] if code == 0 and out.strip() \
@@ -338,7 +339,7 @@ class DockerSandbox(Sandbox):
             self.container.put_archive(parent, tar_dir_entry(leaf, uid=self._uid,
                                                              gid=self._gid))
         if self._python:
-            self._start_agent()
+            self._start_guest()
             uid = self._chan.uid if self._chan else 0
             if self._tmpfs:  # $HOME is an empty tmpfs: what `useradd --create-home` put there
                 self._request({"op": "exec", "cmd": ["cp", "-a", "/etc/skel/.", _HOME],
@@ -386,22 +387,22 @@ class DockerSandbox(Sandbox):
         if found["files"]:  # changeable files in directories a restore cannot rewrite
             self._in_place = False
 
-    def _start_agent(self) -> AgentChannel:
+    def _start_guest(self) -> GuestChannel:
         import docker.errors
 
         try:
-            chan = AgentChannel(self.client.api, self.container.id, self.user, self.workdir,
+            chan = GuestChannel(self.client.api, self.container.id, self.user, self.workdir,
                                 python=self._python or "python3", home=self._home,
                                 max_reply=self.max_reply)
         except docker.errors.DockerException as e:
             self._check_container()
-            raise InfraError(f"cannot start the agent in sandbox {self.name}: {e}") from e
+            raise InfraError(f"cannot start the guest in sandbox {self.name}: {e}") from e
         try:
             pong = chan.request({"op": "ping"}, 60)
         except ChannelBroken as e:
             chan.close()
             self._check_container()
-            raise InfraError(f"the agent in sandbox {self.name} did not start ({e}); "
+            raise InfraError(f"the guest in sandbox {self.name} did not start ({e}); "
                              "see the log for its stderr") from e
         chan.pid, chan.uid = int(pong.get("pid", 0)), int(pong.get("uid", -1))
         self._chan = chan
@@ -421,17 +422,17 @@ class DockerSandbox(Sandbox):
         if status != "running":
             raise InfraError(f"sandbox container {self.name} is {status}; create a new sandbox")
 
-    def _drop_agent(self, kill: bool = False) -> None:
+    def _drop_guest(self, kill: bool = False) -> None:
         chan, self._chan = self._chan, None
         if chan is not None:
             chan.close()
-            if kill and chan.pid:  # a hung agent must not keep running a command
+            if kill and chan.pid:  # a hung guest must not keep running a command
                 with contextlib.suppress(Exception):
                     self._root(["kill", "-9", str(chan.pid)], user=self.user)
 
     def _request(self, req: dict[str, Any], timeout: float | None,
                  idempotent: bool = True, max_bytes: int | None = None) -> dict[str, Any] | None:
-        """Send one request to the agent. A broken channel is restarted once: idempotent
+        """Send one request to the guest. A broken channel is restarted once: idempotent
         requests are retried, others return None (the command's fate is unknown). A reply
         over `max_bytes` (default: `max_reply`) breaks the channel."""
         self._check_open()
@@ -439,29 +440,29 @@ class DockerSandbox(Sandbox):
             for attempt in range(2):
                 chan = self._chan
                 if chan is None or chan.stale():
-                    self._drop_agent()
-                    chan = self._start_agent()
+                    self._drop_guest()
+                    chan = self._start_guest()
                 try:
                     reply = chan.request(req, timeout, max_bytes)
                 except ReplyTooLarge as e:
-                    self._drop_agent(kill=True)  # the rest of the reply is still on its way
+                    self._drop_guest(kill=True)  # the rest of the reply is still on its way
                     if not idempotent:
                         return None
                     raise OSError(errno.EFBIG, f"sandbox {self.name}: {e} (what {req['op']!r} "
                                   "returns is bounded by max_reply_mb, disk_mb and "
                                   "memory_mb)") from e
                 except ChannelTimeout as e:
-                    self._drop_agent(kill=True)
+                    self._drop_guest(kill=True)
                     self._check_container()
-                    raise InfraError(f"the agent in sandbox {self.name} did not answer a "
+                    raise InfraError(f"the guest in sandbox {self.name} did not answer a "
                                      f"{req['op']!r} request within {timeout} s") from e
                 except ChannelBroken as e:
-                    self._drop_agent()
+                    self._drop_guest()
                     self._check_container()
                     if not idempotent:
                         return None
                     if attempt:
-                        raise InfraError(f"the agent in sandbox {self.name} keeps failing: "
+                        raise InfraError(f"the guest in sandbox {self.name} keeps failing: "
                                          f"{e}") from e
                     continue
                 if not reply.get("ok"):
@@ -471,7 +472,7 @@ class DockerSandbox(Sandbox):
                                    *([str(reply["filename"])] if reply.get("filename") else []))
                     if kind is not None:
                         raise kind(reply.get("error", ""))
-                    raise InfraError(f"sandbox agent {req['op']!r} failed: "
+                    raise InfraError(f"sandbox guest {req['op']!r} failed: "
                                      f"{reply.get('type')}: {reply.get('error')}")
                 return reply
         return None  # not reached
@@ -484,7 +485,7 @@ class DockerSandbox(Sandbox):
         data = None if stdin is None else as_bytes(stdin)
         if self._fallback is not None:
             argv = ["sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
-            return ExecResult.from_agent(self._fallback.run(
+            return ExecResult.from_guest(self._fallback.run(
                 argv, timeout=timeout, cwd=wd, env=env, stdin=data, max_output=self.max_output))
         start = time.monotonic()
         reply = self._request(
@@ -499,17 +500,17 @@ class DockerSandbox(Sandbox):
                               "restarted for the next one\n", False, time.monotonic() - start)
         reply["stdout"] = base64.b64decode(reply["stdout"])
         reply["stderr"] = base64.b64decode(reply["stderr"])
-        return ExecResult.from_agent(reply)
+        return ExecResult.from_guest(reply)
 
     def spawn(self, argv: list[str], env: dict[str, str] | None = None,
               cwd: str | None = None) -> base.Channel:
         """Start a long-running process as the sandbox's user (see `Sandbox.spawn`), attached
-        through Docker's exec API like the agent; it ends when its stdin closes."""
+        through Docker's exec API like the guest; it ends when its stdin closes."""
         import docker.errors
 
         self._check_open()
         try:
-            return AgentChannel(self.client.api, self.container.id, self.user,
+            return GuestChannel(self.client.api, self.container.id, self.user,
                                 self._path(cwd) if cwd else self.workdir,
                                 argv=self._bounded(argv), env=env, max_reply=self.max_reply)
         except docker.errors.DockerException as e:
@@ -661,7 +662,7 @@ class DockerSandbox(Sandbox):
         try:
             stream, _ = self.container.get_archive(SNAPSHOT_DIR)
             snaps = b"".join(stream)
-            self._drop_agent()
+            self._drop_guest()
             self._fallback = None
             with contextlib.suppress(docker.errors.NotFound):
                 self.container.remove(force=True, v=True)

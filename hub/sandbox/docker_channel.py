@@ -1,11 +1,12 @@
-"""How DockerSandbox talks to its container: a persistent agent, or Docker's exec API.
+"""How DockerSandbox talks to its container: a persistent guest (skyhub's in-sandbox daemon),
+or Docker's exec API.
 
-`AgentChannel` keeps one `python3 -I -u /opt/skyhub/agent.py` process per container, started
+`GuestChannel` keeps one `python3 -I -u /opt/skyhub/guest.py` process per container, started
 with Docker's low-level exec API and attached through a hijacked socket. A request is one
-length-prefixed JSON message (the agent's own framing), so `exec("true")` costs a round trip
+length-prefixed JSON message (the guest's own framing), so `exec("true")` costs a round trip
 plus a fork inside the container instead of a Docker exec (~70 ms). The interpreter runs
 isolated (`-I`: no user site, no PYTHON* variables, no cwd on sys.path) with a fixed HOME,
-so nothing a command leaves in the sandbox is loaded by the agent when it is restarted.
+so nothing a command leaves in the sandbox is loaded by the guest when it is restarted.
 
 Byte budgets: a reply (and a Docker stream frame) longer than the channel's budget breaks the
 channel (`ChannelBroken`) before anything of it is buffered, so a hijacked process cannot
@@ -31,24 +32,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import InfraError
-from skyhub.sandbox import agent as _agent
-from skyhub.sandbox.base import Channel, ChannelBroken, ChannelTimeout, Stream
+from skyhub.errors import ChannelBroken, ChannelTimeout, InfraError, ReplyTooLarge
+from skyhub.sandbox import guest as _guest
+from skyhub.sandbox.base import Channel, Stream
 
 log = logging.getLogger(__name__)
 
-AGENT_PATH = "/opt/skyhub/agent.py"
+GUEST_PATH = "/opt/skyhub/guest.py"
 #: root-owned, outside every place a command can write (and outside /tmp, a tmpfs mount in
-#: skyhub's images): written by the daemon, read by the agent, changed by neither
+#: skyhub's images): written by the daemon, read by the guest, changed by neither
 SNAPSHOT_DIR = "/opt/skyhub/snapshots"
 DEFAULT_MAX_REPLY = 64 << 20  # bytes: replies to anything but file transfers are far smaller
 _STDOUT, _STDERR = 1, 2
 _STDERR_LOG_LIMIT = 64 << 10  # bytes of a channel's stderr that reach the log
-
-
-class ReplyTooLarge(ChannelBroken):
-    """A reply (or a stream frame) over the channel's byte budget: refused unread, so the
-    channel is broken (the rest of it is still in the stream)."""
 
 
 class _Demux:
@@ -67,11 +63,11 @@ class _Demux:
         try:
             chunk = self.sock.recv(1 << 20)
         except TimeoutError as e:
-            raise ChannelTimeout("no reply from the agent in time") from e
+            raise ChannelTimeout("no reply from the guest in time") from e
         except OSError as e:
-            raise ChannelBroken(f"agent socket: {e!r}") from e
+            raise ChannelBroken(f"guest socket: {e!r}") from e
         if not chunk:
-            raise ChannelBroken("agent stream ended")
+            raise ChannelBroken("guest stream ended")
         self.raw += chunk
 
     def _frame(self) -> None:
@@ -123,15 +119,15 @@ class _Writer:
         try:
             self.sock.sendall(data)
         except OSError as e:
-            raise ChannelBroken(f"agent socket: {e!r}") from e
+            raise ChannelBroken(f"guest socket: {e!r}") from e
 
     def flush(self) -> None:
         pass
 
 
-class AgentChannel(Channel):
-    """One persistent process in a container speaking the agent's framing: the agent itself
-    (the default `argv`: `python -I -u agent.py`, with `home` as HOME) or anything
+class GuestChannel(Channel):
+    """One persistent process in a container speaking the guest's framing: the guest itself
+    (the default `argv`: `python -I -u guest.py`, with `home` as HOME) or anything
     `DockerSandbox.spawn` starts. Replies over `max_reply` bytes break the channel. Not
     thread-safe: the sandbox holds a lock around `request`."""
 
@@ -141,7 +137,7 @@ class AgentChannel(Channel):
                  max_reply: int = DEFAULT_MAX_REPLY) -> None:
         environment = {"PYTHONDONTWRITEBYTECODE": "1", **({"HOME": home} if home else {}),
                        **(env or {})}
-        exec_id = api.exec_create(container_id, argv or [python, "-I", "-u", AGENT_PATH],
+        exec_id = api.exec_create(container_id, argv or [python, "-I", "-u", GUEST_PATH],
                                   stdin=True, stdout=True, stderr=True, tty=False, user=user,
                                   workdir=workdir, environment=environment)
         resp = api.exec_start(exec_id["Id"], socket=True)
@@ -155,7 +151,7 @@ class AgentChannel(Channel):
         self._seq = 0
 
     def stale(self) -> bool:
-        """Whether the stream has something to read while idle: the agent died (EOF) or wrote
+        """Whether the stream has something to read while idle: the guest died (EOF) or wrote
         out of turn. Either way the channel cannot be trusted for the next request."""
         try:
             ready, _, _ = select.select([self.sock], [], [], 0)
@@ -165,12 +161,12 @@ class AgentChannel(Channel):
 
     def request(self, req: dict[str, Any], timeout: float | None,
                 max_bytes: int | None = None) -> dict[str, Any]:
-        """Send `req`, return the agent's reply to it. Anything but a well-formed reply that
-        echoes this request's id breaks the channel (the sandbox then restarts the agent),
+        """Send `req`, return the guest's reply to it. Anything but a well-formed reply that
+        echoes this request's id breaks the channel (the sandbox then restarts the guest),
         and so does a reply over `max_bytes` (default: the channel's `max_reply`)."""
         self._seq += 1
         self.sock.settimeout(timeout)
-        _agent.write_message(self._writer, dict(req, id=self._seq))
+        _guest.write_message(self._writer, dict(req, id=self._seq))
         limit = self.max_reply if max_bytes is None else max_bytes
         self._reader.max_frame = limit
         header = self._reader.read(4)
@@ -183,7 +179,7 @@ class AgentChannel(Channel):
         except (ValueError, UnicodeDecodeError) as e:
             raise ChannelBroken(f"malformed reply from the sandbox: {e}") from e
         if not isinstance(reply, dict) or reply.get("id") != self._seq:
-            raise ChannelBroken("the agent's reply does not answer this request")
+            raise ChannelBroken("the guest's reply does not answer this request")
         return reply
 
     def close(self) -> None:
@@ -316,7 +312,7 @@ class ExecFallback:
 def _read_stream_split(sock: socket.socket, limit: int,
                        deadline: float | None) -> tuple[bytes, bytes]:
     """Read a multiplexed exec stream to its end, capping stdout and stderr separately."""
-    out, err = _agent._Capped(limit), _agent._Capped(limit)
+    out, err = _guest._Capped(limit), _guest._Capped(limit)
     raw = bytearray()
     while True:
         if deadline is not None:
@@ -400,16 +396,22 @@ def extract_as(data: bytes, prefix: str, name: str, dest: Path) -> None:
         tar.extractall(dest, members=members, filter=_skip_unsafe)
 
 
-def agent_setup_tar() -> bytes:
-    """The agent and a root-owned snapshot directory, for images that are not skyhub's."""
+def guest_setup_tar() -> bytes:
+    """The guest and a root-owned snapshot directory, for images that are not skyhub's."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for d in (posixpath.dirname(AGENT_PATH), SNAPSHOT_DIR):
+        for d in (posixpath.dirname(GUEST_PATH), SNAPSHOT_DIR):
             entry = tarfile.TarInfo(d.lstrip("/"))
             entry.type, entry.mode, entry.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
             tar.addfile(entry)
-        src = Path(_agent.__file__).read_bytes()
-        info = tarfile.TarInfo(AGENT_PATH.lstrip("/"))
+        src = Path(_guest.__file__).read_bytes()
+        info = tarfile.TarInfo(GUEST_PATH.lstrip("/"))
         info.size, info.mode, info.mtime = len(src), 0o644, int(time.time())
         tar.addfile(info, io.BytesIO(src))
     return buf.getvalue()
+
+
+# Old names (before the in-sandbox daemon was called the guest), kept so old imports work.
+AgentChannel = GuestChannel
+AGENT_PATH = GUEST_PATH
+agent_setup_tar = guest_setup_tar

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from skyhub.errors import InfraError, SandboxUnavailable, SkyhubError, UsageError
-from skyhub.sandbox.agent import _Capped, tar_bytes
 from skyhub.sandbox.base import (
     DEFAULT_MAX_OUTPUT,
     DEFAULT_PIDS,
@@ -59,6 +58,7 @@ from skyhub.sandbox.base import (
     owner_labels,
     pid_alive,
 )
+from skyhub.sandbox.guest import _Capped, tar_bytes
 
 DEFAULT_TEMPLATE = "base"
 DEFAULT_USER = "user"  # E2B's default (unprivileged, passwordless sudo) user

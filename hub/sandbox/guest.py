@@ -1,8 +1,8 @@
-"""skyhub's in-sandbox agent: runs commands, moves files and snapshots the workdir.
+"""skyhub's guest: the in-sandbox daemon that runs commands, moves files and snapshots the workdir.
 
 Standard library only, Python 3.8+: it is copied into containers whose Python may be old.
 Two uses:
-- inside a container, `python3 agent.py` serves requests over stdin/stdout (one persistent
+- inside a container, `python3 guest.py` serves requests over stdin/stdout (one persistent
   process per sandbox, so a command costs a message instead of a Docker exec, ~70 ms);
 - on the host, the local backend calls `run_command` etc. directly.
 
@@ -61,11 +61,11 @@ class _Capped:
         return bytes(self.head) + marker + bytes(self.tail)
 
 
-# Set by the in-container agent (`__main__`), never on a host: the agent is then a child
+# Set by the in-container guest (`__main__`), never on a host: the guest is then a child
 # subreaper (orphans of its commands are re-parented to it, not to pid 1), so a timed-out
 # command's double-forked background processes are still found, killed and reaped, and
 # `kill_all` may use kill(-1).
-_AGENT_MAIN = False
+_GUEST_MAIN = False
 KILL_WAIT_S = 5.0  # how long a kill waits for its victims to be gone
 
 
@@ -196,7 +196,7 @@ def run_command(cmd, timeout=30.0, cwd=None, env=None, stdin=None, max_output=1 
         argv = list(wrap) + argv
     start = time.monotonic()
     before = {p for p, (pp, _, _) in _proc_table().items() if pp == os.getpid()} \
-        if _AGENT_MAIN else None
+        if _GUEST_MAIN else None
     try:
         proc = subprocess.Popen(
             argv, cwd=cwd, env=env,
@@ -252,7 +252,7 @@ def run_command(cmd, timeout=30.0, cwd=None, env=None, stdin=None, max_output=1 
     if timed_out:
         kill()
     code = proc.wait()
-    if _AGENT_MAIN:
+    if _GUEST_MAIN:
         _reap_orphans()
     return {"exit_code": 128 - code if code < 0 else code, "stdout": out.value(),
             "stderr": err.value(), "timed_out": timed_out,
@@ -262,10 +262,10 @@ def run_command(cmd, timeout=30.0, cwd=None, env=None, stdin=None, max_output=1 
 def kill_all(keep=()):
     """SIGKILL every process we may signal except pid 1, ourselves, our parents and `keep`,
     and return (the number killed) once they are gone: what a restore does so that no
-    process of the sandbox's last user survives. For the in-container agent only: on a
+    process of the sandbox's last user survives. For the in-container guest only: on a
     host it would kill its user's every process.
 
-    Without pids to spare (`keep`) and not as root, the in-container agent first sends one
+    Without pids to spare (`keep`) and not as root, the in-container guest first sends one
     kill(-1): the kernel signals every process of our uid at once, so nothing forks out of
     it. Then, and otherwise, /proc is scanned until no process we may signal is left."""
     me = os.getpid()
@@ -279,7 +279,7 @@ def kill_all(keep=()):
         except (OSError, IndexError, ValueError):
             break
     victims = {}
-    if _AGENT_MAIN and os.getuid() != 0 and spare == {1, me}:
+    if _GUEST_MAIN and os.getuid() != 0 and spare == {1, me}:
         for p, (_, state, start) in _proc_table().items():
             with contextlib.suppress(OSError):
                 if p not in spare and state != b"Z" and \
@@ -298,7 +298,7 @@ def kill_all(keep=()):
         _wait_gone(victims, deadline)
         if not fresh or time.monotonic() > deadline:
             break
-    if _AGENT_MAIN:
+    if _GUEST_MAIN:
         _reap_orphans()
     return len(victims)
 
@@ -976,7 +976,7 @@ def _prctl(option, arg):
 
 def make_undumpable():
     """PR_SET_DUMPABLE=0: commands run as the same user can then neither open
-    /proc/<agent>/fd/1 to forge replies (e.g. a fake passing test run) nor ptrace the agent.
+    /proc/<guest>/fd/1 to forge replies (e.g. a fake passing test run) nor ptrace the guest.
     Commands it starts are dumpable again after their execve. Best effort."""
     _prctl(4, 0)
 
@@ -1069,7 +1069,7 @@ def remove_sysv_ipc():
 
 if __name__ == "__main__":
     os.environ.pop("PYTHONPATH", None)
-    _AGENT_MAIN = True
+    _GUEST_MAIN = True
     _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: a command's orphans stay ours to kill and reap
     make_undumpable()
     serve()

@@ -1,43 +1,81 @@
-"""skyhub's sandbox images: the Dockerfiles in `images/<name>/`, their tags, and how to build them.
+"""skyhub's sandbox images: the Dockerfiles, their tags, and how to build them.
 
-A tag's version is a short hash of the image directory's files and of `agent.py`, so any edit
-to a Dockerfile (or to the in-sandbox agent the image embeds) yields a new tag: a stale image
-is never used by mistake, and `build()` only builds what is missing.
+The core's images live in `images/<name>/`; a family keeps its own image in its room and
+declares it with a `skyhub.images` entry point, `name = "<package>:<directory>"` (a directory
+inside the package, found without importing the package), e.g. the Python family's `python`
+image (pyproject.toml). The first comment line of its Dockerfile describes it.
+
+A tag's version is a short hash of the image directory's files and of `guest.py`, so any edit
+to a Dockerfile (or to the guest, the in-sandbox daemon the image embeds) yields a new tag: a
+stale image is never used by mistake, and `build()` only builds what is missing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import shutil
 import sys
 import tempfile
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from skyhub.errors import SandboxUnavailable
 
 IMAGES_DIR = Path(__file__).parent / "images"
-AGENT_FILE = Path(__file__).parent / "agent.py"
+GUEST_FILE = Path(__file__).parent / "guest.py"
+AGENT_FILE = GUEST_FILE  # the old name, kept so old imports work
 BASE_IMAGE = "debian:bookworm-slim"
-#: name -> what the image is for (a directory `images/<name>/` holds its Dockerfile).
-IMAGES: dict[str, str] = {
-    "default": "python3, bash, coreutils, procps, git; user `sandbox`; workdir /work",
-    "python": "the default image plus Jupyter (ipykernel), numpy, sympy, pandas, scipy",
-}
+ENTRY_POINT_GROUP = "skyhub.images"
 LABEL_IMAGE = "skyhub.image"
 
 
+def _family_images() -> dict[str, Path]:
+    """name -> directory of the images that families declare (see the module docstring)."""
+    found = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            spec = importlib.util.find_spec(ep.module)
+        except (ImportError, ValueError):  # a package that is gone: no image of it
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        found[ep.name] = Path(next(iter(spec.submodule_search_locations))) / (ep.attr or "image")
+    return found
+
+
+def _describe(directory: Path) -> str:
+    """The first comment line of the image's Dockerfile."""
+    for line in (directory / "Dockerfile").read_text().splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+#: the core's images, each in `IMAGES_DIR/<name>/`: name -> what it is for
+CORE_IMAGES: dict[str, str] = {
+    "default": "python3, bash, coreutils, procps, git; user `sandbox`; workdir /work",
+}
+#: the families' images: name -> the directory that holds its Dockerfile
+IMAGE_DIRS: dict[str, Path] = {n: d for n, d in _family_images().items() if n not in CORE_IMAGES}
+#: every image: name -> what it is for
+IMAGES: dict[str, str] = {**CORE_IMAGES, **{n: _describe(d) for n, d in IMAGE_DIRS.items()}}
+
+
 def _image_dir(name: str) -> Path:
-    if name not in IMAGES:
+    if name in CORE_IMAGES:
+        return IMAGES_DIR / name
+    if name not in IMAGE_DIRS:
         raise ValueError(f"unknown skyhub image {name!r}; known: {sorted(IMAGES)}")
-    return IMAGES_DIR / name
+    return IMAGE_DIRS[name]
 
 
 def _context_files(name: str) -> list[tuple[str, Path]]:
     """(name in the build context, source file) for every file the image is built from."""
     root = _image_dir(name)
     files = [(p.relative_to(root).as_posix(), p) for p in sorted(root.rglob("*")) if p.is_file()]
-    return [*files, ("agent.py", AGENT_FILE)]
+    return [*files, ("guest.py", GUEST_FILE)]
 
 
 def image_version(name: str = "default") -> str:
@@ -67,8 +105,8 @@ def build(names: list[str] | None = None, *, quiet: bool = False,
           client: Any = None) -> list[str]:
     """Build the images in `names` (default: all) that are not built yet; return their tags.
 
-    The context is a temporary directory with the image directory's files and `agent.py`, so
-    Dockerfiles can `COPY agent.py`. Docker Hub may be unreachable: the base image must be
+    The context is a temporary directory with the image directory's files and `guest.py`, so
+    Dockerfiles can `COPY guest.py`. Docker Hub may be unreachable: the base image must be
     present locally (`bash scripts/services.sh` seeds it).
     """
     from skyhub.sandbox.docker import get_client
@@ -117,7 +155,7 @@ def _build_one(client: Any, name: str, tag: str, say: Any) -> None:
         raise SandboxUnavailable(f"building {tag} reported success but the image is missing")
 
 
-__all__ = ["BASE_IMAGE", "IMAGES", "build", "image_tag", "image_version"]
+__all__ = ["BASE_IMAGE", "IMAGES", "IMAGE_DIRS", "build", "image_tag", "image_version", "is_built"]
 
 
 def is_built(tag: str, client: Any = None) -> bool:

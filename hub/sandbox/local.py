@@ -70,8 +70,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from skyhub.errors import SandboxUnavailable, SkyhubError, UsageError
-from skyhub.sandbox import agent
 from skyhub.sandbox import base as _b
+from skyhub.sandbox import guest
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
 from skyhub.sandbox.local_scratch import (
     ENV_DIR,
@@ -271,10 +271,10 @@ class LocalSandbox(Sandbox):
              env: dict[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
         self._check_open()
         full_env, wrap, host_cwd = self._launch(cwd, env)
-        r = agent.run_command(cmd, timeout=timeout, cwd=host_cwd, env=full_env,
+        r = guest.run_command(cmd, timeout=timeout, cwd=host_cwd, env=full_env,
                               stdin=None if stdin is None else as_bytes(stdin),
                               max_output=self.max_output, preexec_fn=self._limits(), wrap=wrap)
-        return ExecResult.from_agent(r)
+        return ExecResult.from_guest(r)
 
     def spawn(self, argv: list[str], env: dict[str, str] | None = None,
               cwd: str | None = None) -> _b.Channel:
@@ -462,10 +462,10 @@ class LocalSandbox(Sandbox):
         src = Path(src)
         if not src.exists():
             raise FileNotFoundError(errno.ENOENT, "no such file to upload", str(src))
-        data = agent.tar_bytes(str(src), arcname="." if src.is_dir() else src.name)
+        data = guest.tar_bytes(str(src), arcname="." if src.is_dir() else src.name)
         fd = self._open_dir(self._resolve(dest or self.workdir), create=True)
         try:  # below a descriptor, never through a symlink, owned by the sandbox's uid
-            agent.untar_at(data, fd, None if self.uid is None else (self.uid, self.uid))
+            guest.untar_at(data, fd, None if self.uid is None else (self.uid, self.uid))
         finally:
             os.close(fd)
 
@@ -483,16 +483,16 @@ class LocalSandbox(Sandbox):
                 raise FileNotFoundError(errno.ENOENT, "no such path in the sandbox", src
                                         ) from None
             arcname = "." if is_dir else posixpath.basename(self._path(src))
-            data = agent.tar_bytes(name, arcname, dir_fd=dfd)
+            data = guest.tar_bytes(name, arcname, dir_fd=dfd)
         finally:
             os.close(dfd)
-        agent.untar_bytes(data, str(dest), owner=(os.geteuid(), os.getegid()))
+        guest.untar_bytes(data, str(dest), owner=(os.geteuid(), os.getegid()))
 
     # -- state -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         self._check_open()
         snap = Snapshot(_b.new_id("snap"), self.id)
-        agent.snapshot_dir(str(self._work), str(self._snaps / f"{snap.id}.tar"))
+        guest.snapshot_dir(str(self._work), str(self._snaps / f"{snap.id}.tar"))
         return snap
 
     def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
@@ -510,7 +510,7 @@ class LocalSandbox(Sandbox):
             if kill_processes:
                 self.kill_processes()
                 self._clear_outside_workdir()
-            agent.restore_dir(str(self._work), str(tar),
+            guest.restore_dir(str(self._work), str(tar),
                               owner=None if self.uid is None else (self.uid, self.uid))
         except OSError as e:
             raise SkyhubError(f"sandbox {self.id} could not be restored ({e}); close it and "
@@ -520,7 +520,7 @@ class LocalSandbox(Sandbox):
         """Without bwrap, what the sandbox's processes (dead by now) left outside the workdir:
         its scratch /tmp and, with its own uid, its files in the host's /tmp, /dev/shm..."""
         if self.bwrap is None:
-            agent.clear_dir(str(self._root / "tmp"))
+            guest.clear_dir(str(self._root / "tmp"))
             remove_owned(self.uid)
 
     def kill_processes(self) -> None:

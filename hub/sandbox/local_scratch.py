@@ -3,7 +3,7 @@ per-sandbox uids, and `list_sandboxes`/`reap` (what `skyhub sandbox reap` runs).
 
 A sandbox is `<base>/sb-<id>/` with a `label.json` beside its workdir (owner pid and start
 time, host, creation time, pool, uid); it is an orphan when that owner is no longer alive.
-Scratch trees are removed with the agent's descriptor-based walks (no symlink followed, any
+Scratch trees are removed with the guest's descriptor-based walks (no symlink followed, any
 depth), and one bad entry never stops `reap`: it reports it and goes on.
 """
 
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from skyhub.errors import SandboxUnavailable
-from skyhub.sandbox import agent
 from skyhub.sandbox import base as _b
+from skyhub.sandbox import guest
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def kill_sandbox(sandbox_id: str, uid: int | None) -> None:
             try:
                 with open(f"/proc/{entry}/environ", "rb") as f:
                     if marker in f.read().split(b"\0"):
-                        agent.kill_tree(int(entry))
+                        guest.kill_tree(int(entry))
             except OSError:
                 pass
     if not is_sandbox_uid(uid) or os.geteuid() != 0:
@@ -132,7 +132,7 @@ def kill_sandbox(sandbox_id: str, uid: int | None) -> None:
 def remove_tree(path: str | Path) -> None:
     """Remove a scratch dir whatever its depth, modes or symlinks (none is followed); OSError
     when something cannot be removed."""
-    agent.remove_tree(str(path))
+    guest.remove_tree(str(path))
 
 
 def rmtree(path: str | Path) -> None:
@@ -153,7 +153,7 @@ def remove_owned(uid: int | None, dirs: tuple[str, ...] = SHARED_WRITABLE) -> No
         for name in names:
             try:
                 if os.stat(os.path.join(d, name), follow_symlinks=False).st_uid == uid:
-                    agent.remove_tree(os.path.join(d, name))
+                    guest.remove_tree(os.path.join(d, name))
             except OSError:
                 pass
 

@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from skyhub.sandbox import agent
-from skyhub.sandbox.base import Channel, ChannelBroken, ChannelTimeout, Stream
+from skyhub.errors import ChannelBroken, ChannelTimeout
+from skyhub.sandbox import guest
+from skyhub.sandbox.base import Channel, Stream
 
 #: The largest reply a `PipeChannel` accepts by default (bytes of one frame's JSON body).
 DEFAULT_MAX_FRAME = 64 << 20
@@ -90,7 +91,7 @@ class PipeStream(Stream):
             self.proc.stdin.close()  # type: ignore[union-attr]
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=2)
-        agent.kill_tree(self.pid)
+        guest.kill_tree(self.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         with contextlib.suppress(OSError, ValueError):

@@ -40,25 +40,13 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from skyhub.errors import InfraError
+from skyhub.errors import RemoteEnvError, WorkerDied
 
 if TYPE_CHECKING:
     from skyhub.env import TextEnv
 
 EnvFn = Callable[[], "TextEnv"]
 
-
-class WorkerDied(InfraError):
-    """The process (or actor) holding an env is gone; the env must be recreated."""
-
-
-class RemoteEnvError(InfraError):
-    """An env raised inside a worker process; carries the remote traceback text."""
-
-    def __init__(self, type_name: str, message: str, remote_traceback: str) -> None:
-        super().__init__(f"{type_name}: {message}")
-        self.type_name = type_name
-        self.remote_traceback = remote_traceback
 
 
 class EnvWorker(abc.ABC):
@@ -418,7 +406,7 @@ def _ray_executor() -> Executor:
     try:
         from skyhub.vector.ray_executor import RayExecutor
     except ImportError as e:
-        from skyhub.registry import MissingDependency
+        from skyhub.errors import MissingDependency
 
         raise MissingDependency(f"executor='ray' needs Ray ({e}). Install it with "
                                 "pip install 'skyhub[ray]'.") from e

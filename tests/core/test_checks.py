@@ -21,7 +21,8 @@ from skyhub.errors import EnvNotFound
 from skyhub.registry import unregister
 from skyhub.task import Task, TaskSet
 
-ALL_CHECKS = ["gymnasium", "spaces", "info", "malformed", "seeding", "reference", "cleanup"]
+ALL_CHECKS = ["gymnasium", "spaces", "info", "malformed", "turns", "seeding", "reference",
+              "cleanup"]
 
 
 class Quiz(TextEnv):
@@ -119,6 +120,40 @@ class NeverEndsOnGarbage(Quiz):
             self.turn += 1
             return "Answer inside <answer></answer>.", 0.0, False, False, self.make_info()
         return super().step(action)
+
+
+class Retries(Quiz):
+    """A correct env with a turn budget: a reply without an answer tag costs a turn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.max_turns = 3
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if "<answer>" in action:
+            return super().step(action)
+        self.next_turn()
+        if self.out_of_turns:
+            return self.out_of_turns_step(reward_breakdown={"correct": 0.0})
+        return (f"Answer inside <answer></answer>. {self.turns_left_note()}", 0.0, False, False,
+                self.make_info())
+
+
+class ForgetsToCountTurns(Retries):
+    """Declares max_turns = 3 but never counts a turn, so its budget never runs out."""
+
+    def next_turn(self) -> int:
+        return self.turn
+
+
+class IgnoresItsBudget(Retries):
+    """Counts its turns but asks again, forever, whatever max_turns says."""
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if "<answer>" in action:
+            return super().step(action)
+        self.next_turn()
+        return "Answer inside <answer></answer>.", 0.0, False, False, self.make_info()
 
 
 class DiscreteActions(Quiz):
@@ -289,6 +324,31 @@ def test_garbage_episode_that_never_ends_is_a_note(register: Callable[..., str])
                for n in report["malformed"].notes)
 
 
+def test_env_with_a_turn_budget_passes_the_turns_check(register: Callable[..., str]) -> None:
+    report = check_env(register(Retries))
+    assert report.ok, str(report)
+    assert "within the turn budget" in report["turns"].message
+
+
+def test_env_without_a_turn_budget_skips_the_turns_check_with_a_note() -> None:
+    report = check_env(Quiz())
+    assert report["turns"].passed and report["turns"].message == "skipped"
+    assert any("no max_turns" in n for n in report["turns"].notes)
+
+
+def test_check_fails_env_that_forgets_to_count_turns(register: Callable[..., str]) -> None:
+    report = check_env(register(ForgetsToCountTurns))
+    assert failed(report) == ["turns"]
+    assert "info['turn'] is 0, not 1" in report["turns"].message
+    assert "next_turn()" in report["turns"].message
+
+
+def test_check_fails_env_that_does_not_end_within_max_turns(register: Callable[..., str]) -> None:
+    report = check_env(register(IgnoresItsBudget))
+    assert failed(report) == ["turns"]
+    assert "did not end within its turn budget (3 turns, max_turns=3)" in report["turns"].message
+
+
 def test_check_flags_non_text_action_space(register: Callable[..., str]) -> None:
     report = check_env(register(DiscreteActions))
     assert "spaces" in failed(report)
@@ -358,7 +418,7 @@ def test_report_renders_as_a_table_with_a_row_per_check(register: Callable[..., 
     console = Console(width=200, record=True)
     console.print(table)
     text = console.export_text()
-    assert "FAIL" in text and "PASS" in text and "1 of 7 checks failed" in text
+    assert "FAIL" in text and "PASS" in text and "1 of 8 checks failed" in text
 
 
 def test_every_malformed_action_is_tried() -> None:

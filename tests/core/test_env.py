@@ -312,3 +312,61 @@ def test_start_episode_seeds_picks_the_task_and_zeroes_the_turn() -> None:
         assert env.start_episode(options={"task_id": "lookup-0-7"}).id == "lookup-0-7"
         obs, _ = env.reset(seed=3)
         assert obs == task.prompt
+
+
+# ----------------------------------------------------------------------------- the turn budget
+def test_max_turns_defaults_to_no_budget() -> None:
+    env = EchoEnv()
+    assert (env.max_turns, env.turns_left, env.out_of_turns, env.turns_left_note()) == (
+        None, None, False, "")
+    assert env.next_turn() == 1 and env.turn == 1 and not env.out_of_turns
+
+
+def test_max_turns_is_validated_wherever_it_is_set() -> None:
+    env = EchoEnv()
+    env.max_turns = 3
+    assert env.max_turns == 3
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match="max_turns must be >= 1"):
+            env.max_turns = bad  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="max_turns must be >= 1, got 0"):
+        TextEnv(max_turns=0)
+    assert TextEnv(max_turns=2).max_turns == 2
+
+
+def test_next_turn_counts_down_the_budget_and_the_note_says_what_is_left() -> None:
+    env = EchoEnv()
+    env.max_turns = 3
+    env.start_episode(seed=0)
+    assert (env.turn, env.turns_left, env.turns_left_note()) == (0, 3, "(3 turns left)")
+    env.next_turn()
+    assert (env.turns_left, env.out_of_turns) == (2, False)
+    env.next_turn()
+    assert env.turns_left_note() == "(1 turn left)"
+    assert env.next_turn() == 3 and env.out_of_turns and env.turns_left == 0
+    env.start_episode(seed=0)
+    assert env.turns_left == 3  # a new episode has the whole budget
+
+
+def test_end_rule_terminates_the_task_end_and_truncates_the_budget() -> None:
+    env = EchoEnv()
+    env.max_turns = 3
+    assert env.end_flags(task_ended=True) == (True, False)
+    assert env.end_flags(task_ended=False) == (False, True)
+    env.start_episode(seed=0)
+    env.turn = 3
+    obs, reward, terminated, truncated, info = env.out_of_turns_step(
+        reward_breakdown={"match": 0.0}, error="no answer")
+    assert (obs, reward, terminated, truncated) == ("", 0.0, False, True)
+    assert (info["outcome"], info["turn"], info["reward_breakdown"], info["error"]) == (
+        "failure", 3, {"match": 0.0}, "no answer")
+    env.max_turns = 1  # one turn is the task's one attempt: it terminates
+    assert env.end_flags(task_ended=False) == (True, False)
+    assert env.out_of_turns_step(reward_breakdown={})[2:4] == (True, False)
+
+
+def test_step_result_is_exported_from_skyhub() -> None:
+    from skyhub.env import StepResult
+
+    assert skyhub.StepResult is StepResult
+    assert "StepResult" in skyhub.__all__

@@ -147,3 +147,45 @@ def test_cli_info_lists_kwargs_and_eval_play_refuse_a_misspelled_one(tmp_path) -
         assert r.exit_code == 2, (args, r.output)
         assert "did you mean 'max_turns'" in r.output or "expects int" in r.output
         assert "Traceback" not in r.output
+
+
+class RenamedKwargs(TextEnv):
+    """Took `timeout` and `data`; now `step_timeout_s` and `data_dir` (issue 19, item 6)."""
+
+    from skyhub.deprecation import renamed_kwargs
+
+    @renamed_kwargs(timeout="step_timeout_s", data="data_dir")
+    def __init__(self, *, step_timeout_s: float = 1.0, data_dir: str | None = None) -> None:
+        super().__init__()
+        self.step_timeout_s, self.data_dir = step_timeout_s, data_dir
+        self.tasks = TaskSet([Task(id="t", prompt="p", answer="a")])
+
+
+def test_old_kwarg_names_pass_validation_and_warn(env_ids: list[str]) -> None:
+    env_ids.append("test-kw-renamed")
+    skyhub.register("test-kw-renamed", RenamedKwargs, override=True)
+    with pytest.warns(DeprecationWarning, match=r"'timeout' is deprecated; use 'step_timeout_s'"):
+        env = skyhub.make("test-kw-renamed", timeout=2.5, data="d")
+    assert (env.step_timeout_s, env.data_dir) == (2.5, "d")
+    with pytest.raises(UsageError, match="expects float"):  # typed as the new name
+        skyhub.make("test-kw-renamed", timeout="slow")
+    with pytest.raises(UsageError, match=r"did you mean 'step_timeout_s'") as e:
+        skyhub.make("test-kw-renamed", step_timeout=2)
+    assert "timeout=" not in str(e.value).split("It accepts:")[1].replace("step_timeout_s=", "")
+    with pytest.raises(UsageError, match="pass 'data_dir' only"):
+        skyhub.make("test-kw-renamed", data="a", data_dir="b")
+
+
+def test_families_accept_their_old_kwarg_names() -> None:
+    renamed = {"python-code": {"data", "test_timeout", "cell_timeout"},
+               "python-math": {"data", "grade_timeout", "cell_timeout"},
+               "search-qa": {"backend", "timeout"},
+               "terminal": {"path", "command_timeout", "turn_timeout"},
+               "harbor": {"path", "command_timeout", "turn_timeout"}}
+    for env_id, old in renamed.items():
+        accepted, complete = accepted_kwargs(env_id)
+        assert complete and old <= set(accepted), (env_id, old - set(accepted))
+        assert all(accepted[k].deprecated for k in old), env_id
+    with pytest.warns(DeprecationWarning, match="'backend' is deprecated; use 'index_backend'"):
+        env = skyhub.make("search-qa", backend="bm25s")
+    env.close()

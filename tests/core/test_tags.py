@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skyhub.protocol import (
+from skyhub.tags import (
     TagMatch,
     count,
     extract,
@@ -242,3 +242,12 @@ def test_string_matches_are_spans_of_the_input(text: str) -> None:
     cut = truncate_after(text, "</a>")
     assert text.startswith(cut)
     assert cut == text or cut.endswith("</a>")
+
+
+def test_the_old_module_path_still_imports() -> None:
+    """`skyhub.protocol` was `skyhub.tags`'s old name (issue 19); it re-exports it."""
+    import skyhub
+    from skyhub import protocol, tags
+
+    assert protocol.extract is tags.extract and protocol.__all__ == tags.__all__
+    assert skyhub.tags.first_of is tags.first_of

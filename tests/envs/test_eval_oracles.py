@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from skyhub.cli.main import app
-from skyhub.evaluate import ci95, load_records
+from skyhub.eval.metrics import ci95
+from skyhub.eval.rundir import load_records
 
 
 def eval_oracle(tmp_path: Path, env_id: str, *args: str) -> tuple[dict, list[dict], str]:

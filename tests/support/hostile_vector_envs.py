@@ -1,4 +1,4 @@
-"""An env that owns sandboxes and hangs (or dies) in step: for tests/core/test_hostile_vector.py.
+"""An env that owns sandboxes and hangs (or dies) in step, for the hostile vector tests.
 
 It lives here, not in the test module, because worker processes and Ray actors unpickle it
 by module name (the test module itself is not importable under pytest's importlib mode).

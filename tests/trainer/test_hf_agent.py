@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from skyhub import evaluate
-from skyhub.agents import load_agent
 from skyhub.cli.main import app
 from skyhub.errors import UsageError
+from skyhub.eval import harness as evaluate
+from skyhub.eval.agents import load_agent
 
 
 @pytest.fixture

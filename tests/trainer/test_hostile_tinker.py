@@ -348,7 +348,7 @@ def test_serve_command_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch) -
     from typer.testing import CliRunner
 
     import skyhub.trainer.tinker.server as server
-    from skyhub.cli.tinker_cmds import serve_cmd
+    from skyhub.trainer.tinker.cli import serve_cmd
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(server, "serve", lambda *a, **kw: seen.update(kw))

@@ -142,3 +142,11 @@ def test_infra_errors_are_flagged_and_left_out_of_the_loss(model, tokenizer, cha
     metrics = learner.train_step(episodes[3:], 3)  # only infra errors: nothing to learn from
     assert metrics["skipped"] == 1.0 and metrics["infra_errors"] == 3.0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_episode_is_the_old_name_of_trajectory() -> None:
+    """A rollout's token record is a `Trajectory` (`skyhub.Episode` is a chat transcript);
+    the old name stays importable (issue 19)."""
+    from skyhub.trainer.rollout import Episode, Trajectory
+
+    assert Episode is Trajectory

@@ -21,8 +21,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from skyhub import evaluate
-from skyhub.agents import load_agent
+from skyhub.eval import harness as evaluate
+from skyhub.eval.agents import load_agent
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -1,7 +1,10 @@
 """A Tinker-compatible training server (`skyhub tinker serve`): Tinker scripts, written
 against the official `tinker` SDK, train and sample on this machine's models.
 
-- `server.py`: the HTTP routes and `TinkerService` (sessions, samplers, checkpoints);
+- `server.py`: running it (`serve`, `TinkerServerThread`);
+- `service.py`: `TinkerService`, the state (sessions, samplers, checkpoints) and operations;
+- `routes.py`: `create_app`, the HTTP routes, the API key check and the body limit;
+- `cli.py`: `skyhub tinker serve` (found by core's CLI through the `skyhub.cli` entry point);
 - `jobs.py`: requests as futures, run by one worker, fairly across clients;
 - `models.py`: the base model, a peft adapter per LoRA client, sampling via `HFEngine`;
 - `losses.py`: cross_entropy, importance_sampling, ppo;

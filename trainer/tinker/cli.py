@@ -2,6 +2,8 @@
 
 Scripts written against the official `tinker` SDK point `base_url=` (or `TINKER_BASE_URL`)
 at it and run unchanged; see `skyhub.trainer.tinker` and the README's "Tinker API" section.
+Core's CLI finds it through the entry point `tinker` of the group `skyhub.cli`
+(pyproject.toml), so core imports no trainer.
 """
 
 from __future__ import annotations

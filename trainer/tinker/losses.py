@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from skyhub.trainer.tinker.errors import Unsupported
+from skyhub.errors import Unsupported
 
 LossFn = Callable[[Tensor, dict[str, Tensor], dict[str, float | str]], Tensor]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from skyhub.trainer.tinker.errors import Unsupported
+from skyhub.errors import BodyTooLarge, Unsupported
 
 MAX_BODY = 128 << 20  # default limit of a request body, compressed or decompressed
 
@@ -80,10 +80,6 @@ def _tensor(pb: Any, msg: Any, name: str, budget: list[int]) -> np.ndarray:
         return dense
     arr = np.frombuffer(msg.dense, dtype=dtype)
     return arr.reshape(shape) if shape else arr
-
-
-class BodyTooLarge(ValueError):
-    """A request body (after decompression) over the server's limit."""
 
 
 def decompress_zstd(body: bytes, limit: int) -> bytes:

@@ -1,8 +1,9 @@
 """skyhub's in-sandbox Jupyter bridge: runs IPython kernels and answers execute requests.
 
 It runs inside a sandbox (the `skyhub/python` Docker image, or a local bubblewrap sandbox
-with the host's Python runtime mounted read-only) next to skyhub's agent, whose framing it
-speaks on stdin/stdout: a 4-byte big-endian length and a UTF-8 JSON object per message.
+with the host's Python runtime mounted read-only) next to skyhub's guest (the in-sandbox
+daemon), whose framing it speaks on stdin/stdout: a 4-byte big-endian length and a UTF-8
+JSON object per message.
 The host never talks ZeroMQ across the sandbox boundary, so the sandbox needs no network:
 the kernel's ports are on the sandbox's own loopback.
 
@@ -40,10 +41,12 @@ import time
 import uuid
 
 _here = os.path.dirname(os.path.abspath(__file__))
-# skyhub's in-sandbox agent: beside this file in images and sandboxes, two levels up in the
-# source tree (skyhub/sandbox/agent.py)
-sys.path[:0] = [_here, os.path.dirname(os.path.dirname(_here))]
-import agent  # noqa: E402
+# skyhub's guest: beside this file in images and sandboxes (runtime.py copies both there);
+# run from where it is installed, the core's copy: three levels up, then hub/sandbox (a
+# checkout: envs/python/image) or sandbox (a wheel: skyhub/envs/python/image)
+_top = os.path.dirname(os.path.dirname(os.path.dirname(_here)))
+sys.path[:0] = [_here, os.path.join(_top, "hub", "sandbox"), os.path.join(_top, "sandbox")]
+import guest  # noqa: E402
 
 MARKER = "SKYHUB_KERNEL"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -174,7 +177,7 @@ class Kernel:
         """SIGKILL the kernel and everything it started, now; `cleanup` may come later."""
         self.kill_children()
         if self.pid:
-            agent.kill_tree(self.pid)
+            guest.kill_tree(self.pid)
 
     def cleanup(self):
         """Close the client's sockets and remove the kernel's files (slow-ish: ~0.1 s)."""
@@ -247,7 +250,7 @@ class Bridge:
             self.fresh_kernel()
         k = self.current
         start = time.monotonic()
-        out, err = agent._Capped(max_output), agent._Capped(max_output)
+        out, err = guest._Capped(max_output), guest._Capped(max_output)
         results, error = [], None
         # stop_on_error=False: after a cell that errors (our own interrupt included) ipykernel
         # 6 aborts every request that arrives before its zero-delay callback runs, so under
@@ -301,13 +304,13 @@ class Bridge:
         result = "\n".join(results)
         if len(result) > max_output:
             cut = len(result) - max_output
-            result = result[:max_output // 2] + agent.TRUNCATION_MARKER.format(n=cut) + \
+            result = result[:max_output // 2] + guest.TRUNCATION_MARKER.format(n=cut) + \
                 result[-(max_output // 2):]
         if error:
             for key in ("ename", "evalue", "traceback"):
                 text = str(error[key])
                 if len(text) > max_output:
-                    text = text[:max_output // 2] + agent.TRUNCATION_MARKER.format(
+                    text = text[:max_output // 2] + guest.TRUNCATION_MARKER.format(
                         n=len(text) - max_output) + text[-(max_output // 2):]
                 error[key] = text
         return {"ok": True, "stdout": out.value().decode("utf-8", "replace"),
@@ -362,19 +365,19 @@ class Bridge:
 
 
 def main():
-    agent.make_undumpable()
+    guest.make_undumpable()
     setup_dirs()
     bridge = Bridge()
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     try:
         while True:
-            req = agent.read_message(inp)
+            req = guest.read_message(inp)
             if req is None:
                 return
             reply = bridge.handle(req)
             if "id" in req:
                 reply["id"] = req["id"]
-            agent.write_message(out, reply)
+            guest.write_message(out, reply)
     finally:
         bridge.close()
 

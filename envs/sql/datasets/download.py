@@ -32,22 +32,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skyhub.errors import SkyhubError, UsageError
+from skyhub.errors import ChecksumMismatch, DownloadError, UnverifiedDownload, UsageError
 
 _CHUNK = 1 << 20
 _JUNK = ("__MACOSX",)  # macOS resource forks that some releases zip up
-
-
-class DownloadError(SkyhubError, RuntimeError):
-    """A release could not be fetched or unpacked; the message says what to try instead."""
-
-
-class ChecksumMismatch(DownloadError):
-    """A downloaded file does not hash to the pinned SHA-256 (nothing was unpacked)."""
-
-
-class UnverifiedDownload(DownloadError):
-    """A release has no pinned SHA-256 and the user has not accepted the computed one yet."""
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from typing import Any
 
 import duckdb
 
-from skyhub.errors import InfraError
+from skyhub.errors import InfraError, WorkerLost
 
 from . import rewrite
 from .base import (
@@ -62,7 +62,7 @@ from .base import (
     standardize_sqlite_sql,
     text_problem,
 )
-from .worker import Worker, WorkerLost
+from .worker import Worker
 
 #: Bump when the copy changes (types, what is copied): old cache files are then ignored.
 FORMAT_VERSION = 1

@@ -66,7 +66,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from skyhub.errors import InfraError, SandboxUnavailable
+from skyhub.errors import InfraError, SandboxUnavailable, WorkerLost
 
 from . import rewrite, rewrite_postgres
 from .base import (
@@ -87,7 +87,7 @@ from .postgres_load import (  # noqa: F401 - pg_type, TEMPLATE_PREFIX: the modul
     sqlite_columns,
     template_name,
 )
-from .worker import Worker, WorkerLost
+from .worker import Worker
 
 DEFAULT_DSN = "host=127.0.0.1 port=55432 user=postgres dbname=postgres"
 CLONE_PREFIX = "skyhub_ep_"

@@ -41,7 +41,7 @@ import time
 import weakref
 from typing import Any
 
-from skyhub.errors import InfraError
+from skyhub.errors import InfraError, WorkerLost
 
 _HEADER = struct.Struct("!Q")
 _POLL_S = 0.01
@@ -52,12 +52,6 @@ _idle: dict[tuple, list[tuple[int, subprocess.Popen[bytes]]]] = {}
 _idle_lock = threading.Lock()
 
 
-class WorkerLost(Exception):
-    """The child died or was killed before it answered; `timed_out` when past its deadline."""
-
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.timed_out = timed_out
 
 
 class Worker:

@@ -131,7 +131,7 @@ def test_a_test_script_that_leaves_no_usable_reward_is_a_flagged_failure(
     """The agent can make any test script fail to write its reward (delete what it needs,
     fill the disk), so no usable reward is scored 0, flagged, never a masked infra error
     (hub/env.py's infra-error rule; it was an infra error before issue 16)."""
-    with skyhub.make("harbor", path=str(make_task(tmp_path, test_sh=test_sh))) as env:
+    with skyhub.make("harbor", data_dir=str(make_task(tmp_path, test_sh=test_sh))) as env:
         env.reset()
         _, reward, terminated, _, info = env.step("<done/>")
     assert (reward, terminated, info["outcome"], info["infra_error"]) == (
@@ -144,7 +144,7 @@ def test_a_test_script_that_leaves_no_usable_reward_is_a_flagged_failure(
 def test_reward_json_breakdown_and_agent_state(docker_ok: None, tmp_path: Path) -> None:
     test_sh = ('n=$(cat /app/n 2>/dev/null || echo 0)\n'
                'echo "{\\"reward\\": $n, \\"seen\\": 7}" > /logs/verifier/reward.json\n')
-    with skyhub.make("harbor", path=str(make_task(tmp_path, test_sh=test_sh))) as env:
+    with skyhub.make("harbor", data_dir=str(make_task(tmp_path, test_sh=test_sh))) as env:
         obs, _ = env.reset()
         assert obs == "Do the thing."
         obs, *_ = env.step("<bash>cd /app && echo 1 > n && pwd</bash>")

@@ -1,4 +1,4 @@
-"""`skyhub eval run harbor path=DIR --agent oracle`: a task that fails says why in one line,
+"""`skyhub eval run harbor data_dir=DIR --agent oracle`: a task that fails says why in one line,
 with where its logs are (issue 18, item 6)."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_each_failing_task_says_why_with_its_log_path(docker_daemon: None,
                                         "echo 0 > /logs/verifier/reward.txt\nexit 1\n")
     task(data, "no-reward", test_sh="#!/bin/bash\necho forgot the reward\n")
     logs = tmp_path / "logs"
-    result = CliRunner().invoke(app, ["eval", "run", "harbor", f"path={data}",
+    result = CliRunner().invoke(app, ["eval", "run", "harbor", f"data_dir={data}",
                                       f"logs_dir={logs}", "--agent", "oracle",
                                       "--concurrency", "2", "--out", str(tmp_path / "run"),
                                       "--no-report"])

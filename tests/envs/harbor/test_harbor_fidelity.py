@@ -110,7 +110,7 @@ def test_oracle_scores_one_and_nop_zero(stand_ins: None, task_dir: Path) -> None
         import tomllib
 
         kwargs = tomllib.loads((task_dir / "skyhub-test.toml").read_text()).get("kwargs", {})
-    with skyhub.make("harbor", path=str(task_dir), **kwargs) as env:
+    with skyhub.make("harbor", data_dir=str(task_dir), **kwargs) as env:
         env.reset()
         reward, info = oracle(env)
         assert (reward, info["outcome"], info["infra_error"]) == (1.0, "success", False), \

@@ -180,7 +180,7 @@ CHECK_THEN_HOOK = ("#!/bin/bash\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = 4
         "json-dir", "json-nan", "json-sparse-600M"])
 def test_a_reward_file_the_agent_broke_is_its_failure_not_an_infra_error(
         docker_daemon: None, tmp_path: Path, hook: str, isolation: str) -> None:
-    with skyhub.make("harbor", path=str(hooked_task(tmp_path, CHECK_THEN_HOOK)),
+    with skyhub.make("harbor", data_dir=str(hooked_task(tmp_path, CHECK_THEN_HOOK)),
                      isolation=isolation) as env:
         env.reset()
         env.step(bash(f"printf '%s\\n' {shlex.quote(hook)} > /app/hook.sh"))
@@ -194,7 +194,7 @@ def test_an_agent_that_kills_its_own_container_is_scored(docker_daemon: None,
                                                           tmp_path: Path,
                                                           isolation: str) -> None:
     task = hooked_task(tmp_path, CHECK_THEN_HOOK)
-    with skyhub.make("harbor", path=str(task), isolation=isolation) as env:
+    with skyhub.make("harbor", data_dir=str(task), isolation=isolation) as env:
         env.reset()
         env.step(bash("echo 42 > /app/answer.txt; echo true > /app/hook.sh"))
         # as root in the container this ends pid 1's child, so the container stops
@@ -214,7 +214,7 @@ def test_the_container_killed_from_outside_is_an_infra_error(docker_daemon: None
                                                              tmp_path: Path,
                                                              when: str,
                                                              isolation: str) -> None:
-    with skyhub.make("harbor", path=str(hooked_task(tmp_path, CHECK_THEN_HOOK)),
+    with skyhub.make("harbor", data_dir=str(hooked_task(tmp_path, CHECK_THEN_HOOK)),
                      isolation=isolation) as env:
         env.reset()
         env.step(bash("echo 42 > /app/answer.txt"))

@@ -1,6 +1,6 @@
 """The original Terminal-Bench format (task.yaml, docker-compose.yaml, solution.sh,
 run-tests.sh, tests/) converted as Harbor's converter converts it, read directly by
-`skyhub.make("harbor", path=...)`, and `skyhub harbor convert`. No Docker."""
+`skyhub.make("harbor", data_dir=...)`, and `skyhub harbor convert`. No Docker."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def test_load_tasks_reads_terminal_bench_through_a_content_cache(tmp_path: Path,
 
 
 def test_make_harbor_takes_a_terminal_bench_task(tmp_path: Path) -> None:
-    env = skyhub.make("harbor", path=str(tb_task(tmp_path)))
+    env = skyhub.make("harbor", data_dir=str(tb_task(tmp_path)))
     try:
         (t,) = env.tasks
         assert (t.id, t.meta["source"]) == ("tb-hello", "terminal-bench")

@@ -552,7 +552,7 @@ def test_a_comparison_past_its_budget_scores_zero_and_the_next_one_works() -> No
 def test_python_math_scores_a_hanging_answer_zero_not_infra() -> None:
     from skyhub.envs.python.math_env import MathEnv
 
-    env = MathEnv(backend="local", grade_timeout=1e-6)  # every symbolic comparison "hangs"
+    env = MathEnv(backend="local", grade_timeout_s=1e-6)  # every symbolic comparison "hangs"
     try:
         env.start_episode(None, {"task_id": "math-04-polynomial-integral"})
         _, reward, done, _, info = bounded(lambda: env.step("<answer>exp(exp(exp(100)))</answer>"))

@@ -16,15 +16,15 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def code_env(backend: str) -> Iterator[skyhub.TextEnv]:
-    env = skyhub.make("python-code", backend=backend, max_turns=4, cell_timeout=5,
-                      test_timeout=5)
+    env = skyhub.make("python-code", backend=backend, max_turns=4, cell_timeout_s=5,
+                      test_timeout_s=5)
     yield env
     env.close()
 
 
 @pytest.fixture(scope="module")
 def math_env(backend: str) -> Iterator[skyhub.TextEnv]:
-    env = skyhub.make("python-math", backend=backend, max_turns=3, cell_timeout=5)
+    env = skyhub.make("python-math", backend=backend, max_turns=3, cell_timeout_s=5)
     yield env
     env.close()
 
@@ -70,7 +70,7 @@ def test_partial_credit_is_in_the_breakdown(backend: str, tmp_path: Path) -> Non
                                 "meta": {"tests": {"kind": "asserts", "setup": "", "asserts": [
                                     "assert inc(1) == 2", "assert inc(2) == 3"]}}}) + "\n")
     for partial, want in ((False, 0.0), (True, 0.5)):
-        with skyhub.make("python-code", backend=backend, data=str(data),
+        with skyhub.make("python-code", backend=backend, data_dir=str(data),
                          partial_credit=partial) as env:
             env.reset()
             *_, info = env.step("<answer>def inc(x):\n    return 3 if x == 2 else 0</answer>")

@@ -165,7 +165,7 @@ def test_unreachable_retriever_marks_the_episode_infra_error() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = skyhub.make("search-qa", retriever_url=f"http://127.0.0.1:{port}/retrieve",
-                      retries=1, timeout=2)
+                      retries=1, retriever_timeout_s=2)
     env.reset(seed=0)
     _, reward, term, _, info = env.step("<search>anything</search>")
     assert info["infra_error"] is True and info["outcome"] == "error"

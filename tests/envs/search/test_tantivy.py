@@ -60,7 +60,7 @@ def test_unknown_backend_is_a_value_error_naming_the_choices(corpus: Path) -> No
     with pytest.raises(ValueError, match="tantivy"):
         get_index(corpus=corpus, backend="lucene")
     with pytest.raises(ValueError, match="tantivy"):
-        skyhub.make("search-qa", corpus=str(corpus), backend="lucene")
+        skyhub.make("search-qa", corpus=str(corpus), index_backend="lucene")
 
 
 def test_cli_build_round_trip(corpus: Path, tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_cli_build_round_trip(corpus: Path, tmp_path: Path) -> None:
     assert "tantivy" in result.output and (out / "meta.json").is_file()
     loaded = TantivyIndex.load(out)
     assert loaded.search("Zorblat Quintessa", 1)[0]["id"] == "planted"
-    env = skyhub.make("search-qa", index=str(out), backend="tantivy")
+    env = skyhub.make("search-qa", index=str(out), index_backend="tantivy")
     env.reset(seed=0, options={"task": TASK})
     obs, *_ = env.step("<search>Zorblat Quintessa lighthouse</search>")
     assert obs.startswith("<information>Doc 1(Title: Zorblat Quintessa) Zorblat Quintessa is")
@@ -92,7 +92,7 @@ def test_loading_a_bm25s_dir_as_tantivy_says_so(tmp_path: Path) -> None:
 
 
 def test_episode_with_reference_actions_scores_one(corpus: Path) -> None:
-    env = skyhub.make("search-qa", corpus=str(corpus), backend="tantivy")
+    env = skyhub.make("search-qa", corpus=str(corpus), index_backend="tantivy")
     env.reset(seed=0, options={"task": TASK})
     out = None
     for _ in range(env.max_turns):

@@ -22,10 +22,10 @@ import pytest
 from typer.testing import CliRunner
 
 import skyhub
-from skyhub.agents import ScriptAgent
 from skyhub.cli.main import app
 from skyhub.envs.sql import protocol as proto
 from skyhub.errors import UsageError
+from skyhub.eval.agents import ScriptAgent
 from skyhub.task import Task
 
 
@@ -184,7 +184,7 @@ def test_openrlhf_export_writes_the_rows_own_chat(skyrl653: dict[str, Any],
 
 def test_the_eval_harness_shows_the_agent_the_datas_system_prompt(
         skyrl653: dict[str, Any]) -> None:
-    from skyhub.evaluate import run as evaluate
+    from skyhub.eval.harness import run as evaluate
 
     seen: list[list[dict[str, str]]] = []
 

@@ -34,7 +34,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture
 def env() -> Iterator[SQLEnv]:
-    with skyhub.make("sql-spider", engine="duckdb", timeout_s=1.0) as e:
+    with skyhub.make("sql-spider", engine="duckdb", query_timeout_s=1.0) as e:
         yield e  # type: ignore[misc]
 
 

@@ -151,7 +151,7 @@ def test_a_query_that_breaks_its_worker_is_the_agents_failure(tmp_path: Path,
     import skyhub
 
     monkeypatch.setenv("SKYHUB_CACHE", str(tmp_path))
-    with skyhub.make("sql-spider", engine="duckdb", timeout_s=1.0) as env:
+    with skyhub.make("sql-spider", engine="duckdb", query_timeout_s=1.0) as env:
         task = next(t for t in env.tasks if t.meta["db_id"] == "world_1")
         env.reset(options={"task_id": task.id})
         obs, reward, term, trunc, info = env.step(

@@ -54,7 +54,7 @@ def engine(postgres_dsn: str) -> Iterator[PostgresEngine]:
 
 @pytest.fixture
 def env(postgres_dsn: str) -> Iterator[SQLEnv]:
-    with skyhub.make("sql-spider", engine="postgres", dsn=postgres_dsn, timeout_s=1.0) as e:
+    with skyhub.make("sql-spider", engine="postgres", dsn=postgres_dsn, query_timeout_s=1.0) as e:
         yield e  # type: ignore[misc]
 
 

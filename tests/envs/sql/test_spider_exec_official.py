@@ -1,6 +1,6 @@
 """`reward="spider_exec"` is Spider's official execution match: it agrees with the official
 evaluator (taoyds/test-suite-sql-eval, `evaluation.py --etype exec`) on all 3,799
-(database, gold, prediction) triples of ../shared/data/spider-exec-verdicts (its README
+(database, gold, prediction) triples of tests/envs/sql/data/spider-exec-verdicts (its README
 says how they were made), scored through the env's own path (`SQLEnv.judge`, as the final
 step scores a solution) on the bundled databases; plus the rules one by one."""
 
@@ -21,8 +21,8 @@ from skyhub.envs.sql.spider_eval import (
 )
 from skyhub.task import Task
 
-VERDICTS = Path(__file__).resolve().parents[3].parent / "shared" / "data" / \
-    "spider-exec-verdicts" / "verdicts.jsonl"
+# in the repository (tests/envs/sql/data/), so the test runs on any clone
+VERDICTS = Path(__file__).parent / "data" / "spider-exec-verdicts" / "verdicts.jsonl"
 
 
 def test_agrees_with_every_official_verdict() -> None:

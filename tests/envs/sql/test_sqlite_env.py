@@ -16,7 +16,7 @@ THINK = "<think>checking</think>"
 
 @pytest.fixture
 def env() -> Iterator[SQLEnv]:
-    with skyhub.make("sql-spider", timeout_s=1.0) as e:
+    with skyhub.make("sql-spider", query_timeout_s=1.0) as e:
         yield e  # type: ignore[misc]
 
 

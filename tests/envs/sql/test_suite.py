@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 import skyhub
-from skyhub.agents import OracleAgent
 from skyhub.envs.sql.datasets.spider import BUNDLED_DIR
 from skyhub.errors import DataNotFound
-from skyhub.evaluate import run as evaluate
-from skyhub.suites import SuiteRun, get_suite
+from skyhub.eval.agents import OracleAgent
+from skyhub.eval.harness import run as evaluate
+from skyhub.eval.suites import SuiteRun, get_suite
 
 COLUMNS = ["Spider-Dev", "Spider-Test", "Spider-Realistic", "Spider-DK", "Spider-Syn"]
 

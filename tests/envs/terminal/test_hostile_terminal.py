@@ -89,7 +89,7 @@ def test_a_turn_runs_a_bounded_number_of_tool_calls(bwrap: str) -> None:
 
 def test_a_turn_of_slow_tool_calls_ends_before_the_step_timeout(bwrap: str) -> None:
     venv = skyhub.make_vec("terminal-synth", 1, backend="local", seed=0, n_tasks=2,
-                           command_timeout=1.0, step_timeout=25.0)
+                           command_timeout_s=1.0, step_timeout=25.0)
     try:
         venv.reset(seed=0)
         _, _, _, _, infos = venv.step([tool_calls(["sleep 30"] * 40)])
@@ -129,7 +129,7 @@ def test_the_container_killed_from_outside_is_an_infra_error(docker_daemon: None
                                                              tmp_path: Path,
                                                              when: str) -> None:
     verify = '[ "$(cat /work/answer.txt)" = 42 ]\n'
-    with skyhub.make("terminal", backend="docker", path=str(task_dir(tmp_path, verify))) as env:
+    with skyhub.make("terminal", backend="docker", data_dir=str(task_dir(tmp_path, verify))) as env:
         env.reset()
         env.step("<bash>echo 42 > /work/answer.txt</bash>")
         env._sandbox.container.kill()  # type: ignore[attr-defined]
@@ -152,7 +152,7 @@ def test_the_in_container_agent_killed_by_the_host_does_not_score_zero(
     is still the verifier's (1 here: the task was solved), not a failed verifier."""
     verify = ("touch /tmp/verifying\nfor i in $(seq 600); do [ -e /tmp/go ] && break; "
               "sleep 0.05; done\n[ \"$(cat /work/answer.txt)\" = 42 ]\n")
-    with skyhub.make("terminal", backend="docker", path=str(task_dir(tmp_path, verify))) as env:
+    with skyhub.make("terminal", backend="docker", data_dir=str(task_dir(tmp_path, verify))) as env:
         env.reset()
         env.step("<bash>echo 42 > /work/answer.txt</bash>")
         container = env._sandbox.container  # type: ignore[attr-defined]
@@ -167,7 +167,7 @@ def test_the_in_container_agent_killed_by_the_host_does_not_score_zero(
                 else:
                     errors.append("the verifier never started")
                 # as the agent's uid: root in the container has no CAP_KILL
-                killed = container.exec_run(["pkill", "-9", "-f", r"python3 .*agent\.py"],
+                killed = container.exec_run(["pkill", "-9", "-f", r"python3 .*guest\.py"],
                                             user=env._sandbox.user)  # type: ignore[attr-defined]
                 if killed.exit_code != 0:
                     errors.append(f"pkill: {killed.output!r}")

@@ -1,0 +1,190 @@
+"""The figures of an eval run, each defined once: the run's summary (`summarise`, what
+`skyhub eval` prints and writes to summary.json), its report (`headline`, report.md) and the
+comparisons (`skyhub eval compare`) all compute them here, from episodes.jsonl records.
+
+The definitions (the run-directory contract, docs/eval.md):
+- **episodes**: every recorded episode. **infra errors**: those with `infra_error` set (the
+  env or the agent's model server failed, not the agent); they are counted apart and never
+  scored 0. **scored**: the other episodes.
+- **accuracy**: successes (`outcome == "success"`) / scored episodes. Its 95% interval,
+  `ci95`, is Wilson's score interval over those successes (`wilson`).
+- **mean reward**: the mean of the scored episodes' rewards (a missing or non-finite reward is
+  left out). Its own 95% interval, `mean_reward_ci95`, is the normal approximation
+  (`mean_ci95`); rewards need not be 0/1 (SkyRL-SQL scores a broken format -1).
+- **mean turns**: over every episode, infra errors included.
+- **tokens**: prompt and completion totals over the episodes that know them (None when none
+  does); `tokens_known` says how many episodes that is.
+- **mean latency** (an episode's wall time) and **mean agent wait** (its time in the agent),
+  over every episode.
+A number that does not exist (no scored episode, no episode) is NaN here and null in JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from skyhub.eval.rundir import finite
+
+
+def is_infra(rec: dict[str, Any]) -> bool:
+    """The episode ended in an infrastructure error (left out of accuracy and mean reward)."""
+    return bool(rec.get("infra_error"))
+
+
+def is_success(rec: dict[str, Any]) -> bool:
+    return rec.get("outcome") == "success"
+
+
+def number(x: Any) -> float | None:
+    """A finite float, or None for anything else (null, missing, NaN, strings, bools)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def mean(xs: Sequence[float]) -> float:
+    """The mean; NaN for no values."""
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+# -- intervals ----------------------------------------------------------------------------------
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's score interval of a proportion (95% by default): it stays inside [0, 1] and
+    behaves at 0% and 100%. NaN for n = 0. Accuracy's interval."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """95% interval of a mean by the normal approximation (sample sd); NaN below 2 values.
+    The mean reward's interval."""
+    m = len(values)
+    if m < 2:
+        return (math.nan, math.nan)
+    avg = sum(values) / m
+    sd = math.sqrt(sum((v - avg) ** 2 for v in values) / (m - 1))
+    return (avg - 1.96 * sd / math.sqrt(m), avg + 1.96 * sd / math.sqrt(m))
+
+
+def ci95(values: Sequence[float]) -> tuple[float, float]:
+    """95% interval of the mean of `values`: Wilson's when every value is 0 or 1 (a success
+    rate: the same as `wilson(successes, n)`), else the normal approximation (`mean_ci95`)."""
+    m = len(values)
+    if m == 0:
+        return (math.nan, math.nan)
+    if all(v in (0.0, 1.0) for v in values):
+        return wilson(int(sum(values)), m)
+    return mean_ci95(values)
+
+
+# -- the run's figures --------------------------------------------------------------------------
+
+def headline(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Every figure of the module docstring for `records` (episodes.jsonl lines), as a dict:
+    episodes, scored, successes, accuracy, ci95, mean_reward, mean_reward_ci95, infra_errors,
+    mean_turns, tokens {prompt, completion}, tokens_known, mean_latency_s, mean_agent_s."""
+    scored = [r for r in records if not is_infra(r)]
+    wins = sum(is_success(r) for r in scored)
+    rewards = [x for x in (number(r.get("reward")) for r in scored) if x is not None]
+
+    def over_all(key: str) -> list[float]:
+        return [x for x in (number(r.get(key)) for r in records) if x is not None]
+
+    tokens: dict[str, int | None] = {}
+    tokens_known = 0
+    for kind in ("prompt", "completion"):
+        known = [x for x in (number((r.get("tokens") or {}).get(kind)) for r in records)
+                 if x is not None]
+        tokens[kind] = int(sum(known)) if known else None
+        tokens_known = max(tokens_known, len(known))
+    return {
+        "episodes": len(records),
+        "scored": len(scored),
+        "successes": wins,
+        "accuracy": wins / len(scored) if scored else math.nan,
+        "ci95": wilson(wins, len(scored)),
+        "mean_reward": mean(rewards),
+        "mean_reward_ci95": mean_ci95(rewards),
+        "infra_errors": len(records) - len(scored),
+        "mean_turns": mean(over_all("turns")),
+        "tokens": tokens,
+        "tokens_known": tokens_known,
+        "mean_latency_s": mean(over_all("latency_s")),
+        "mean_agent_s": mean(over_all("agent_s")),
+    }
+
+
+def outcome_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """outcome -> episodes, in the order outcomes first appear."""
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    return counts
+
+
+def no_score_message(records: Sequence[dict[str, Any]]) -> str:
+    """Why a run has no accuracy: no episode, or every one an infra error (with the first)."""
+    if not records:
+        return "no scored episode: no episode was recorded"
+    first = next((r.get("error") for r in records if r.get("error")), None)
+    return (f"no scored episode: every one of the {len(records)} episodes was an infra error"
+            + (f" (first: {first})" if first else ""))
+
+
+@dataclass
+class Summary:
+    """What a run scored: the figures of `headline` (see the module docstring) and how the run
+    went. Numbers that do not exist (no scored episode) are NaN here and null in `to_dict`,
+    with `message` saying why."""
+
+    env_id: str
+    agent: str
+    n: int  # episodes recorded
+    mean_reward: float
+    accuracy: float
+    ci95: tuple[float, float]  # accuracy's: Wilson over the successes
+    infra_errors: int
+    mean_turns: float
+    outcomes: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    requested: int = 0  # episodes asked for; n < requested when a run was interrupted
+    complete: bool = True
+    tokens: dict[str, int | None] = field(default_factory=dict)
+    mean_reward_ci95: tuple[float, float] = (math.nan, math.nan)  # normal approximation
+    scored: int = 0
+    successes: int = 0
+    message: str | None = None  # why accuracy and mean reward are missing
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: tuples as lists, NaN and infinities as None."""
+        d = asdict(self)
+        d["ci95"] = list(self.ci95)
+        d["mean_reward_ci95"] = list(self.mean_reward_ci95)
+        return finite(d)
+
+
+def summarise(env_id: str, agent: str, records: Sequence[dict[str, Any]], seconds: float,
+              requested: int | None = None) -> Summary:
+    """The run's `Summary` from its records (episodes.jsonl lines): `headline`'s figures, the
+    outcome counts, and whether all `requested` episodes were recorded."""
+    h = headline(records)
+    requested = len(records) if requested is None else requested
+    return Summary(
+        env_id=env_id, agent=agent, n=h["episodes"], mean_reward=h["mean_reward"],
+        accuracy=h["accuracy"], ci95=h["ci95"], infra_errors=h["infra_errors"],
+        mean_turns=h["mean_turns"], outcomes=outcome_counts(records), seconds=seconds,
+        requested=requested, complete=len(records) >= requested, tokens=h["tokens"],
+        mean_reward_ci95=h["mean_reward_ci95"], scored=h["scored"], successes=h["successes"],
+        message=None if h["scored"] else no_score_message(records))
+
+
+__all__ = ["Summary", "ci95", "headline", "is_infra", "is_success", "mean_ci95",
+           "no_score_message", "summarise", "wilson"]

@@ -1,0 +1,121 @@
+"""An eval run directory (`skyhub eval --out DIR`, the format: docs/eval.md): `run.json` (what
+was run), `episodes.jsonl` (one line per episode, appended as episodes finish) and
+`summary.json`; and the strict JSON every one of those files is written in (no NaN or
+Infinity, which other parsers refuse).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from skyhub.errors import UsageError
+
+if TYPE_CHECKING:
+    from skyhub.eval.metrics import Summary
+
+# What must match for `resume` to continue a run rather than mix two different ones.
+_RUN_KEYS = ("env_id", "env_kwargs", "agent", "seed")
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN or infinite float (at any depth) replaced by None, so that
+    `json.dumps(..., allow_nan=False)` writes valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """`json.dumps` of `finite(value)` with `allow_nan=False`: every JSON file a run writes
+    goes through here, so a NaN that slips past `finite` fails loudly instead of writing a
+    file no JSON parser reads."""
+    return json.dumps(finite(value), allow_nan=False, **kwargs)
+
+
+class RunDir:
+    """An eval run directory being written: `open`, then `append` each episode, then
+    `write_summary`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def open(self, config: dict[str, Any], *, resume: bool) -> list[dict[str, Any]]:
+        """Start or continue a run; returns the episodes kept from an earlier attempt."""
+        episodes = self.path / "episodes.jsonl"
+        kept: list[dict[str, Any]] = []
+        if resume and (self.path / "run.json").is_file():
+            before = json.loads((self.path / "run.json").read_text())
+            diff = [k for k in _RUN_KEYS if json.dumps(before.get(k), sort_keys=True, default=str)
+                    != json.dumps(config.get(k), sort_keys=True, default=str)]
+            if diff:
+                raise UsageError(
+                    f"--resume: {self.path} holds a different run ("
+                    + "; ".join(f"{k}: {before.get(k)!r} there, {config.get(k)!r} now"
+                                for k in diff)
+                    + "). Resume with the same env, kwargs, --agent and --seed, or pick a new "
+                    "--out directory")
+            kept = [r for r in load_records(self.path) if not r["infra_error"]]
+        elif resume:
+            raise UsageError(f"--resume: {self.path} holds no run (no run.json); drop --resume "
+                             "to start one there")
+        elif episodes.is_file() and episodes.stat().st_size:
+            raise UsageError(f"{episodes} already holds episodes: pass --resume to continue that "
+                             "run, or choose another --out directory")
+        self.path.mkdir(parents=True, exist_ok=True)
+        from skyhub import __version__
+
+        record = {**config, "skyhub_version": __version__,
+                  "started": datetime.now(UTC).isoformat(timespec="seconds")}
+        (self.path / "run.json").write_text(dumps(record, indent=2, default=str) + "\n")
+        self._file = episodes.open("a", encoding="utf-8")
+        return kept
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._file.write(dumps(record, default=str, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def write_summary(self, summary: Summary) -> None:
+        self._file.close()
+        (self.path / "summary.json").write_text(dumps(summary.to_dict(), indent=2) + "\n")
+
+
+def load_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The episodes of a run directory, sorted by index. A resumed run appends a new line for
+    an episode it re-ran (an infra error retried): the last line for an index wins. A torn
+    last line (a crash mid-write) is skipped."""
+    path = Path(run_dir) / "episodes.jsonl"
+    if not path.is_file():
+        from skyhub.errors import DataNotFound
+
+        raise DataNotFound(f"{path} not found: is {run_dir} the --out directory of a "
+                           "`skyhub eval` run?")
+    by_index: dict[int, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "index" in rec:
+            by_index[int(rec["index"])] = rec
+    return [by_index[k] for k in sorted(by_index)]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file of a run directory (run.json, summary.json), or {} when it is
+    missing, unreadable or not an object: a report still renders from episodes.jsonl."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+__all__ = ["RunDir", "dumps", "finite", "load_records", "read_json"]

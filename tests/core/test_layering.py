@@ -1,0 +1,253 @@
+"""The house's walls, checked by reading the source (nothing is imported, so optional
+dependencies do not matter):
+
+- core (`hub/`, the package `skyhub`) imports no env family (`skyhub.envs.*`) and not the
+  trainer (`skyhub.trainer`): those plug in through entry points (`skyhub.envs`,
+  `skyhub.cli`, `skyhub.agents` in pyproject.toml), so dependencies point one way only;
+- every exception class of skyhub, its families and its trainer is defined in
+  `skyhub.errors` (old modules re-export theirs), with the exemptions below and their reasons.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "hub"
+PACKAGES = (ROOT / "hub", ROOT / "envs", ROOT / "trainer")  # skyhub, skyhub.envs, .trainer
+ERRORS = ROOT / "hub" / "errors.py"
+
+#: Code that runs inside a sandbox, on the sandbox's own python3, where skyhub is not
+#: installed: it cannot import `skyhub.errors`, so its exceptions stay where they are.
+IN_SANDBOX = {
+    "envs/python/harness.py": "python-code's test harness, run as `python3 -I harness.py` in "
+                              "the sandbox (standard library only)",
+    "envs/python/image/kernel_bridge.py": "the Python family's kernel bridge, copied into "
+                                          "its image (standard library and ipykernel only)",
+    "hub/sandbox/guest.py": "the in-container daemon, copied into every Docker sandbox "
+                            "(standard library only)",
+}
+
+#: Private exceptions (a leading `_`) may stay in their module when they are control flow
+#: within it: raised and caught (or turned into a reply) by the same module, so no user ever
+#: sees one, and a class in `skyhub.errors` would advertise something nobody can catch. The
+#: test checks that the module itself catches each one. Today these are: the vector
+#: executors' `_Terminated` (SIGTERM unwinding a worker), the OpenAI agent's `_Transient` (an
+#: attempt worth retrying), the remote server's `_ProtocolError`/`_OpTimeout`/`_ThreadGone`
+#: (turned into error replies or a closed session), SQL synth's `_NotApplicable` (draw another
+#: template), the Python family's `_SandboxFailed`/`_Unparseable`/`_BadReply` (graded as an
+#: infra error, compared as a string, a broken kernel), and the Tinker server's
+#: `_Refused`/`_TooLarge` (answered 401/413).
+PRIVATE = re.compile(r"^_")
+
+_EXCEPTION_NAME = re.compile(r"(Error|Exception|Warning|Exit|Interrupt)$")
+_BUILTIN_EXCEPTIONS = {name for name, obj in vars(builtins).items()
+                       if isinstance(obj, type) and issubclass(obj, BaseException)}
+
+
+def _sources(*dirs: Path) -> dict[str, ast.Module]:
+    return {str(p.relative_to(ROOT)): ast.parse(p.read_text(encoding="utf-8"), str(p))
+            for d in dirs for p in sorted(d.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def _base_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):
+        return _base_name(node.value)
+    return ""
+
+
+def _exception_classes(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """Each file's exception classes: those whose base is a builtin exception, one named like
+    an exception (`...Error`, `...Exception`: third-party ones), or another such class found
+    here (to a fixpoint, across files, by name)."""
+    classes = [(path, node) for path, tree in trees.items() for node in ast.walk(tree)
+               if isinstance(node, ast.ClassDef)]
+    known = set(_BUILTIN_EXCEPTIONS)
+    found: dict[str, list[str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for path, node in classes:
+            if node.name in found.get(path, ()):
+                continue
+            bases = {_base_name(b) for b in node.bases}
+            if bases & known or any(_EXCEPTION_NAME.search(b) for b in bases):
+                found.setdefault(path, []).append(node.name)
+                known.add(node.name)
+                changed = True
+    return found
+
+
+def _ancestors(tree: ast.Module, name: str) -> set[str]:
+    """`name` and its base classes' names, following the classes this module defines and the
+    builtin exceptions' own bases (so `except Exception` catches a `_X(ValueError)`)."""
+    bases = {n.name: {_base_name(b) for b in n.bases} for n in ast.walk(tree)
+             if isinstance(n, ast.ClassDef)}
+    seen, todo = set(), [name]
+    while todo:
+        one = todo.pop()
+        if one not in seen:
+            seen.add(one)
+            todo += bases.get(one, ())
+    return seen | {c.__name__ for one in seen & _BUILTIN_EXCEPTIONS
+                   for c in getattr(builtins, one).__mro__}
+
+
+def _caught_names(tree: ast.Module) -> set[str]:
+    """Names in the module's `except` clauses, and passed to an `exception_handler(...)`."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ExceptHandler):
+            types = ([] if node.type is None else node.type.elts
+                     if isinstance(node.type, ast.Tuple) else [node.type])
+            names |= {_base_name(t) for t in types} if types else {"BaseException"}
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "exception_handler"):
+            names |= {_base_name(a) for a in node.args}
+    return names
+
+
+# ------------------------------------------------------------------------------------ layers
+def _imported_modules(tree: ast.Module) -> list[tuple[int, str]]:
+    """Every absolute module an import statement (anywhere: in functions, under
+    TYPE_CHECKING) or `importlib.import_module("...")` names, with its line."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+            if node.module == "skyhub":  # from skyhub import envs / trainer
+                out += [(node.lineno, f"skyhub.{a.name}") for a in node.names]
+        elif (isinstance(node, ast.Call) and _base_name(node.func) in ("import_module",
+                                                                       "__import__")
+              and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)):
+            out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def test_core_imports_no_family_and_no_trainer() -> None:
+    trees = _sources(CORE)
+    assert "hub/cli/main.py" in trees and "hub/registry.py" in trees  # the scan sees core
+    wrong = [f"{path}:{line} imports {module}"
+             for path, tree in trees.items() for line, module in _imported_modules(tree)
+             if re.match(r"skyhub\.(envs|trainer)(\.|$)", module)]
+    assert not wrong, ("core must not import env families or the trainer; reach them "
+                       "through an entry point (pyproject.toml):\n" + "\n".join(wrong))
+
+
+def test_the_scan_sees_such_an_import() -> None:
+    tree = ast.parse("def f():\n    from skyhub.envs.sql import cli\n"
+                     "import skyhub.trainer.loop\nfrom skyhub import trainer\n"
+                     "importlib.import_module('skyhub.envs.search')\n")
+    assert sorted(m for _, m in _imported_modules(tree)) == [
+        "skyhub", "skyhub.envs.search", "skyhub.envs.sql", "skyhub.trainer",
+        "skyhub.trainer.loop"]
+
+
+# -------------------------------------------------------------------------------- exceptions
+def test_every_exception_is_defined_in_skyhub_errors() -> None:
+    trees = _sources(*PACKAGES)
+    for path in IN_SANDBOX:
+        assert path in trees, f"{path} is exempted as in-sandbox code but no longer exists"
+    found = _exception_classes(trees)
+    assert {"SkyhubError", "ChannelBroken", "WorkerLost", "Unsupported"} <= set(
+        found[str(ERRORS.relative_to(ROOT))])
+    wrong, uncaught = [], []
+    for path, names in sorted(found.items()):
+        if path == str(ERRORS.relative_to(ROOT)) or path in IN_SANDBOX:
+            continue
+        caught = _caught_names(trees[path])
+        for name in names:
+            if not PRIVATE.match(name):
+                wrong.append(f"{path}: {name}")
+            elif not _ancestors(trees[path], name) & caught:
+                uncaught.append(f"{path}: {name}")
+    assert not wrong, ("define these in hub/errors.py (with a docstring: when it is raised, "
+                       "how to fix it) and re-export them from their old module:\n"
+                       + "\n".join(wrong))
+    assert not uncaught, ("private exceptions must be caught in their own module (else they "
+                          "reach users: make them public, in hub/errors.py):\n"
+                          + "\n".join(uncaught))
+
+
+def test_the_scan_finds_exceptions_by_their_bases() -> None:
+    trees = {"a.py": ast.parse("class A(ValueError): pass\nclass B(A): pass\n"
+                               "class C(typer.Exit): pass\nclass D: pass\n"),
+             "b.py": ast.parse("class E(B): pass\nclass F(SomeLibError): pass\n")}
+    assert _exception_classes(trees) == {"a.py": ["A", "B", "C"], "b.py": ["E", "F"]}
+
+
+def test_skyhub_errors_exports_every_exception() -> None:
+    tree = ast.parse(ERRORS.read_text(encoding="utf-8"))
+    defined = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    exported = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                    and any(getattr(t, "id", "") == "__all__" for t in n.targets))
+    assert sorted(defined) == sorted(exported)
+
+
+# ------------------------------------------------------------- commands through entry points
+def test_family_and_trainer_commands_come_through_entry_points() -> None:
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    from typer.testing import CliRunner
+
+    from skyhub.cli.main import app
+
+    assert {"data", "index", "harbor", "train", "tinker"} <= {
+        ep.name for ep in entry_points(group="skyhub.cli")}
+    code = ("import sys; from skyhub.cli.main import app; "
+            "print(sorted(m for m in sys.modules if m.startswith(('skyhub.envs', "
+            "'skyhub.trainer'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr  # loaded when used only
+    listed = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    for name in ("data", "index", "harbor", "train", "tinker"):
+        assert f" {name} " in listed
+
+
+def test_an_entry_point_may_be_a_command_function_and_a_broken_one_is_skipped(
+        monkeypatch: Any) -> None:
+    from typer.testing import CliRunner
+
+    import skyhub.cli.main as main
+    from skyhub.errors import UsageError
+
+    def hello(name: str) -> None:
+        """Say hello."""
+        if name == "nobody":
+            raise UsageError("nobody is not a name")
+        print(f"hello {name}")
+
+    class EP:
+        def __init__(self, name: str, obj: Any) -> None:
+            self.name, self.value, self._obj = name, f"tests:{name}", obj
+
+        def load(self) -> Any:
+            if isinstance(self._obj, Exception):
+                raise self._obj
+            return self._obj
+
+    eps = {"hello-test": EP("hello-test", hello),
+           "broken-test": EP("broken-test", ImportError("no module named nowhere"))}
+    monkeypatch.setattr(main, "_plugin_entry_points", lambda: eps)
+    monkeypatch.setattr(main, "_plugin_commands", {})
+    runner = CliRunner()
+    assert runner.invoke(main.app, ["hello-test", "you"]).output == "hello you\n"
+    failed = runner.invoke(main.app, ["hello-test", "nobody"])
+    assert failed.exit_code == 2 and "nobody is not a name" in failed.output
+    listed = runner.invoke(main.app, ["--help"])
+    assert "│ hello-test " in listed.output and "│ broken-test " not in listed.output
+    assert "the 'broken-test' commands could not be loaded" in listed.output
