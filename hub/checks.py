@@ -7,6 +7,9 @@ task in every process, a reference solution that really scores, and an env
 that leaves no thread or child process behind. Each check runs on its own: one that fails or
 crashes is reported (with the exception's last line) and the others still run, so a single
 report lists everything to fix. No check times anything.
+
+Over ~400 lines, for a reason: the contract's checks, one function each, with the runner
+that reports them: a newcomer reads them as one list.
 """
 
 from __future__ import annotations

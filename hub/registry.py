@@ -4,6 +4,9 @@ Env families are found, never imported by core: any installed distribution (skyh
 included) declares a module or callable in the entry-point group `skyhub.envs`; the first
 call that needs the registry loads them all. Registering stores only an entry point
 (`"package.module:Class"`), so listing envs imports no heavy dependency.
+
+Over ~400 lines, for a reason: `make` and the check of its kwargs (following `**kwargs` to
+the real signatures) are one job: a kwarg is refused where the env is made.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ generation running ahead of the learner (asynchronous, in-flight weight updates,
     from skyhub.trainer.config import load_config
     from skyhub.trainer.loop import train
     summary = train(load_config("tiny-cpu", ["loop.out=runs/mine"]))
+
+Over ~400 lines, for a reason: the training loop is read top to bottom in one file on
+purpose (as CleanRL's are).
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ The coefficients are counted from what autograd saves in a Qwen2-style decoder l
 checked against peaks measured on CPU (tests/trainer/test_dry_run.py). The rollout engine:
 vLLM takes `gpu_memory_utilization` of its GPU(s) (its default 0.9) and needs at least its
 bf16 weights and the KV cache of one longest episode in it.
+
+Over ~400 lines, for a reason: one estimate (what `--dry-run` prints): placement and each
+device's memory come from the same model-shape arithmetic.
 """
 
 from __future__ import annotations

@@ -35,6 +35,9 @@ skyhub installed at the same path everywhere; then submit to the head as below):
       --data.apply_chat_template --actor.model_name_or_path Qwen/Qwen2.5-Coder-7B-Instruct \\
       --algo.advantage.estimator group_norm --rollout.n_samples_per_prompt 5 \\
       --algo.dynamic_filtering_enable --algo.dynamic_filtering_range -1.01 1.01 ...
+
+Over ~400 lines, for a reason: OpenRLHF loads this one file by path into each of its workers
+(`--train.agent_func_path`), so the adapter must be self-contained.
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ or Docker gone, is an infrastructure error.
 `isolation="training"` runs the agent under skyhub's stricter isolation (no capabilities, no
 network, `no-new-privileges`) for RL on policies that must not be trusted with root's powers;
 tasks whose verifier needs them then fail, and say so in the verifier's output.
+
+Over ~400 lines, for a reason: one episode flow (agent, oracle, steps, verifier phases,
+logs), each phase short; split, a reader would jump between files to follow an episode.
 """
 
 from __future__ import annotations

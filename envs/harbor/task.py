@@ -12,6 +12,9 @@ is converted on the fly, as `harbor tasks migrate` converts it (terminal_bench.p
 `task.meta["config"]` is a plain, JSON-able dict read as Harbor's `TaskConfig` reads
 task.toml (its defaults, legacy fields and resolution rules); its keys are listed in
 `load_task`'s docstring. Misreadings are `UsageError`s naming the file, the field and the fix.
+
+Over ~400 lines, for a reason: one schema (task.toml 1.x, with its steps and verifier
+environments), read as Harbor's TaskConfig reads it.
 """
 
 from __future__ import annotations

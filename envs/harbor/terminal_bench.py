@@ -31,6 +31,9 @@ written "./app" is treated as "app"; a task with a Dockerfile and no compose fil
 Terminal-Bench's default single service; a compose environment entry without a value is
 skipped (Harbor writes "ENV KEY" or "KEY=None"); an unknown `difficulty` is kept as
 written; a root file never overwrites one the build context already put in environment/.
+
+Over ~400 lines, for a reason: one converter that follows Harbor's Terminal-Bench mapper
+step by step, so the two can be read side by side.
 """
 
 from __future__ import annotations

@@ -57,6 +57,9 @@ in its dialect (`Engine.from_sqlite`). Where the engine cannot run it (DuckDB re
 SQLite's text-vs-number comparisons), the canonical SQLite file's result is the gold, and
 the reference action (the `oracle` agent's) returns those rows as a literal table, so the
 oracle scores 1 on every task on every engine.
+
+Over ~400 lines, for a reason: SkyRL-SQL's protocol step for step, both of its protocols in
+one episode flow; split, the fidelity checks would have two places to read.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ What a caller may rely on:
 - each verifier checks exact contents, modes or git state, fails on the untouched setup
   state, and passes after the reference solution (`Task.answer`); tests run all three in a
   real sandbox.
+
+Over ~400 lines, for a reason: task templates, which are closer to data than to logic: one
+generator per family, side by side.
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ What a client cannot do (the operator decides; a hostile client is assumed):
   `max_session_s`; an env call running past `op_timeout_s` ends its session (4504). A
   session's env runs in its own single thread, and its slot stays counted until that thread
   is done, so stuck envs cannot pile up beyond `max_sessions`.
+
+Over ~400 lines, for a reason: one server: a session, its limits and its thread are one
+lifecycle.
 """
 
 from __future__ import annotations

@@ -45,6 +45,9 @@ sandbox's disk and memory) break the channel instead of being buffered.
 
 Every container carries `base.owner_labels()`, so `reap()` removes those whose owner died
 (a process SIGKILLed before `close()` cannot remove its containers: that is reap's job).
+
+Over ~400 lines, for a reason: one backend, one class: what a sandbox does, done with a
+container and its guest.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ make the host allocate what a 4-byte length claims (up to 4 GiB).
 `ExecFallback` is for images without python3 (3.8+): every command is its own Docker exec
 (wrapped in `timeout -s KILL` when the image has it) and files go through the archive API.
 It works, but each call costs what a Docker exec costs; prefer an image with python3.
+
+Over ~400 lines, for a reason: the two ways DockerSandbox reaches its container (the guest's
+channel and Docker's exec API as the fallback) share their framing, budgets and tar helpers.
 """
 
 from __future__ import annotations

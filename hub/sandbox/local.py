@@ -48,6 +48,9 @@ the host, resolving symlinks as the sandbox would and refusing any path that lea
 workdir; they, `snapshot`, `restore` and `close` walk the tree through directory descriptors
 and never follow a symlink, so a process swapping a directory for a symlink to a host path
 while they run cannot redirect them (they run as root when we are root).
+
+Over ~400 lines, for a reason: one backend, one class: what a sandbox does, done with a
+scratch directory and subprocesses.
 """
 
 from __future__ import annotations

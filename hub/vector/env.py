@@ -15,6 +15,9 @@ killed or died are removed by their owner labels (see `skyhub.vector.orphans`); 
 `"threads"` a hung env cannot be killed, only dropped (use processes for envs that may hang).
 Misuse of the API (stepping a finished env with autoreset disabled, sending to an env that
 is still busy) raises. The VectorEnv is driven from one thread.
+
+Over ~400 lines, for a reason: one class, `VectorEnv`, whose two interfaces (lockstep and
+send/recv) run on one mechanism.
 """
 
 from __future__ import annotations

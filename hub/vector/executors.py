@@ -21,6 +21,9 @@ killer, `kill -9` from outside) leaves nothing behind: once it is dead, the sand
 owner label is its pid are removed (`skyhub.vector.orphans.reap_owner`) before its slot is
 reported (a death seen by a call) or in the background (a kill at `step_timeout`; the
 executor's `close()` waits for those). A worker whose parent dies closes its env and exits.
+
+Over ~400 lines, for a reason: the executor interface and its two executors (threads,
+processes) share one worker protocol, read together.
 """
 
 from __future__ import annotations

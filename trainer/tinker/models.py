@@ -8,6 +8,9 @@ what makes switching the active adapter between requests safe.
 Sampling goes through the trainer's `HFEngine` on the same module, with the adapter of the
 weights being sampled switched in: a training client's latest weights, a snapshot taken by
 `save_weights_for_sampler`, or the base model with adapters disabled.
+
+Over ~400 lines, for a reason: one concept: the shared base model and the clients' adapters
+on it, which train and sample through the same module.
 """
 
 from __future__ import annotations

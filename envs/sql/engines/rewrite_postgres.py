@@ -18,6 +18,10 @@ SQLite's behaviours reproduced for PostgreSQL (`for_postgres`):
   becomes SQLite's text of it, an expression is cast to text); sum(), avg() and arithmetic
   read a text column's values as SQLite does ('12abc' -> 12, 'null' -> 0), and LIKE a
   number as text.
+
+Over ~400 lines, for a reason: one translation (SQLite's semantics for PostgreSQL), whose
+rules all go through the same splicing of DuckDB's syntax tree; split, a rule would live
+apart from the splice it needs.
 """
 
 from __future__ import annotations

@@ -120,8 +120,8 @@ def test_accuracy_ci_is_wilson_over_successes_on_a_signed_reward_env(tmp_path: P
 
 
 def test_console_shows_accuracy_interval_beside_accuracy(tmp_path: Path) -> None:
-    r = CliRunner().invoke(app, ["eval", ENV, "--agent", "script:tests.core.test_honest_numbers:"
-                                 "scripted_action", "--out", str(tmp_path / "run"),
+    agent = "script:tests.core.eval.test_honest_numbers:scripted_action"
+    r = CliRunner().invoke(app, ["eval", ENV, "--agent", agent, "--out", str(tmp_path / "run"),
                                  "--no-report"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     lo, hi = metrics.wilson(5, N)

@@ -154,8 +154,9 @@ def test_env_raising_in_step_is_infra_error_as_with_threads() -> None:
 
 def test_hanging_env_actor_is_killed_after_step_timeout() -> None:
     env_fns = [functools.partial(count_env), functools.partial(count_env, hang_at=1)]
-    # the timeout also covers the reset that starts the replacement actor (~0.5-2 s here)
-    with VectorEnv(env_fns, executor="ray", step_timeout=5.0) as venv:
+    # the timeout also covers the reset that starts the replacement actor (~0.5-2 s here, over
+    # 5 s beside two busy loops on 2 cores), and stays well below the hang (60 s)
+    with VectorEnv(env_fns, executor="ray", step_timeout=20.0) as venv:
         venv.reset(options={"task_id": "t2"})
         hung = worker(venv, 1).name
         obs, _, _, truncs, infos = venv.step(["a", "a"])
