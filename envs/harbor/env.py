@@ -186,7 +186,7 @@ class HarborEnv(TerminalEnv):
         self._image_user = image.user or (client.images.get(image.tag).attrs.get(
             "Config", {}).get("User") or "0")
         self._sandbox = container.start_task_container(
-            image, env_cfg, user=self._agent_user(cfg),
+            image, env_cfg, user=None if (user := self._phase("agent_user")) is None else str(user),
             env=resolve_env(env_cfg.get("env") or {}, task=task.id),
             isolation=self.isolation, network=network, client=client)
         try:
@@ -198,12 +198,6 @@ class HarborEnv(TerminalEnv):
             self._sandbox = None
             raise
         return self._sandbox
-
-    def _agent_user(self, cfg: dict[str, Any]) -> str | None:
-        steps = cfg.get("steps") or []
-        user = steps[self._step].get("agent_user") if steps else None
-        user = user if user is not None else cfg.get("agent_user")
-        return None if user is None else str(user)
 
     def _setup_step(self, task: Any) -> None:
         """A step's workdir files (steps/<name>/workdir/) copied into the workdir and its
