@@ -69,6 +69,13 @@ class RolloutConfig:
     # (appended to the agent's own message: SkyRL-SQL's use_conversation_multi_turn=false)
     chat_layout: str = "user-turns"
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. vLLM's engine args
+    # Episodes playing at once, each scheduled on its own (generate, then env step): null
+    # for every episode of a step (train_batch_size x samples_per_prompt). Envs are leased
+    # per episode from the VectorEnv, so this may exceed env.num_envs.
+    max_in_flight: int | None = None
+    # The share of each rollout GPU's memory vLLM may take: null lets the layout choose
+    # (see `skyhub.trainer.placement`: less when the engines share the learner's GPUs).
+    gpu_memory_utilization: float | None = None
 
 
 @dataclass
@@ -135,6 +142,12 @@ class DistConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     timeout_s: int = 7200  # how long ranks wait in a collective (e.g. for rank 0's rollout)
+    # Rollout engines (vLLM) on the node: `rollout_engines` engines of `rollout_tp` GPUs each.
+    # "colocated": they share the learner's GPUs and sleep while it trains (vLLM's sleep
+    # mode, level 1); "split": the learner's ranks take the first GPUs, the engines the next.
+    rollout_layout: str = "colocated"
+    rollout_engines: int = 1
+    rollout_tp: int = 1
 
 
 @dataclass
@@ -156,7 +169,8 @@ CHOICES = {"rollout.engine": ("hf", "vllm"),
            "algo.aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                 "seq-mean-token-sum-norm"),
            "algo.kl_estimator": ("k1", "k2", "k3"), "loop.mode": ("sync", "async"),
-           "model.dtype": ("auto", "bfloat16", "float16", "float32")}
+           "model.dtype": ("auto", "bfloat16", "float16", "float32"),
+           "dist.rollout_layout": ("colocated", "split")}
 
 
 # ------------------------------------------------------------------------------ loading
