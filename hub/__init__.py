@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from skyhub import errors
+from skyhub import gymnasium_ids as _gymnasium_ids
 from skyhub.task import Task, TaskSet
 
 __version__ = "0.1.0"
@@ -44,6 +45,11 @@ if TYPE_CHECKING:
     from skyhub.registry import EnvSpec, list_envs, make, register, spec
     from skyhub.spaces import UnicodeText
     from skyhub.vector import VectorEnv, make_vec
+
+
+# skyhub's ids in gymnasium's registry (`gymnasium.make("skyhub/toy-lookup")`), without
+# importing gymnasium here: see skyhub.gymnasium_ids
+_gymnasium_ids.install()
 
 
 def __getattr__(name: str) -> Any:

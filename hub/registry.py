@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from gymnasium.envs.registration import EnvSpec as _GymEnvSpec
 from gymnasium.error import Error as GymnasiumError
 
+from skyhub import gymnasium_ids
 from skyhub.errors import EnvNotFound, MissingDependency, RegistrationError, UsageError
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ def register(env_id: str, entry_point: str | Callable[..., TextEnv], *,
                 f"{old.source or 'unknown'}). Pick another id, or pass override=True to "
                 "replace it.")
         _registry[env_id] = new
+    gymnasium_ids.mirror(env_id)
     return new
 
 
@@ -155,6 +157,7 @@ def unregister(env_id: str) -> None:
     """Remove an env (for tests and interactive work); unknown ids are ignored."""
     with _lock:
         _registry.pop(env_id, None)
+    gymnasium_ids.unmirror(env_id)
 
 
 def plugin_errors() -> dict[str, str]:
@@ -573,3 +576,8 @@ __all__ = ["EnvSpec", "KwargInfo", "MissingDependency", "accepted_kwargs", "chec
            "list_envs", "load_plugins", "make", "plugin_errors",
            "register", "spec", "unregister"]
 
+
+# gymnasium is loaded now (this module imports it): skyhub's ids go into its registry as
+# `skyhub/<id>` (see skyhub.gymnasium_ids; its import hook leaves this case to us)
+_REGISTRY_LOADED = True
+gymnasium_ids.enable()

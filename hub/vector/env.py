@@ -117,7 +117,12 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             `check_same_thread=True`).
         info_format: `"list"` (default) gives a tuple with one info dict per env; `"dict"`
             gives gymnasium's dict of arrays with `_key` masks (indexed by env id, also for
-            `recv`, whose masks then mark the envs it returned).
+            `recv`, whose masks then mark the envs it returned). The default differs from
+            gymnasium's on purpose: a text env's info holds nested, per-env records (the
+            verifier's output, a reward breakdown, the task's metadata) that a dict of
+            arrays turns into object arrays of unrelated shapes, and `recv` returns a subset
+            of envs, which a list keeps in the order they finished; agent and trainer code
+            reads one env's info at a time.
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], TextEnv]], *,

@@ -1,0 +1,131 @@
+"""skyhub's ids in gymnasium's registry, under the `skyhub/` namespace.
+
+    import gymnasium, skyhub
+    env = gymnasium.make("skyhub/toy-lookup")      # a skyhub env, with gymnasium's wrappers
+
+Gymnasium 1.x has no plugin discovery of its own: a package registers its ids when it is
+imported (ALE's `import ale_py` does the same; `gymnasium.register_envs(skyhub)` is the
+idiom that keeps linters from calling that import unused). skyhub's ids are mirrored once
+both packages are loaded, whichever comes first:
+
+- gymnasium imported before skyhub: `import skyhub` mirrors at once;
+- skyhub first: a one-shot import hook mirrors when `gymnasium.envs.registration` has loaded.
+
+Neither path imports gymnasium on its own, so a plain `import skyhub` stays light. Ids
+registered later (`skyhub.register`, a plugin) are mirrored as they are registered. An id
+that is not a valid gymnasium name under a namespace (one that already holds a `/`) is left
+out; `skyhub.make` still has it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from typing import Any
+
+NAMESPACE = "skyhub"
+_GYM_MODULE = "gymnasium.envs.registration"
+_lock = threading.Lock()
+_enabled = False
+
+
+class _Maker:
+    """The entry point gymnasium calls: `skyhub.make(env_id, **kwargs)` (a class, not a
+    lambda, so a spec stays picklable for gymnasium's async vector envs)."""
+
+    def __init__(self, env_id: str) -> None:
+        self.env_id = env_id
+
+    def __call__(self, **kwargs: Any) -> Any:
+        from skyhub.registry import make
+
+        kwargs.pop("render_mode", None)  # gymnasium passes it; text envs do not render
+        return make(self.env_id, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"skyhub.make({self.env_id!r})"
+
+
+def gym_id(env_id: str) -> str:
+    return f"{NAMESPACE}/{env_id}"
+
+
+def mirror(env_id: str) -> None:
+    """Register `skyhub/<env_id>` in gymnasium's registry (when mirroring is on)."""
+    if not _enabled or "/" in env_id:
+        return
+    from gymnasium.envs.registration import register, registry
+
+    name = gym_id(env_id)
+    if name in registry:
+        del registry[name]  # re-registered in skyhub (override=True): follow it
+    register(id=name, entry_point=_Maker(env_id), disable_env_checker=True)
+
+
+def unmirror(env_id: str) -> None:
+    if _enabled and "gymnasium.envs.registration" in sys.modules:
+        sys.modules[_GYM_MODULE].registry.pop(gym_id(env_id), None)
+
+
+def enable() -> None:
+    """Turn mirroring on and register every skyhub id now (loads skyhub's env plugins)."""
+    global _enabled
+    with _lock:
+        if _enabled:
+            return
+        _enabled = True
+    from skyhub.registry import list_envs
+
+    for s in list_envs():
+        mirror(s.id)
+
+
+def _registry_ready() -> bool:
+    """skyhub.registry fully imported (it imports gymnasium itself: while it is loading, the
+    hook must leave the mirroring to the end of that import)."""
+    mod = sys.modules.get("skyhub.registry")
+    return mod is not None and getattr(mod, "_REGISTRY_LOADED", False)
+
+
+class _AfterGymnasium(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of gymnasium's registration module so that
+    skyhub's ids are mirrored right after it has run."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != _GYM_MODULE:
+            return None
+        remove_hook()
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            if "skyhub.registry" not in sys.modules or _registry_ready():
+                enable()
+            # else: skyhub.registry is importing gymnasium; it enables at its end
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+_hook = _AfterGymnasium()
+
+
+def remove_hook() -> None:
+    with contextlib.suppress(ValueError):
+        sys.meta_path.remove(_hook)
+
+
+def install() -> None:
+    """Called by `import skyhub`: mirror now if gymnasium is loaded, else when it is."""
+    if _GYM_MODULE in sys.modules:
+        if "skyhub.registry" not in sys.modules or _registry_ready():
+            enable()
+    elif _hook not in sys.meta_path:
+        sys.meta_path.insert(0, _hook)
