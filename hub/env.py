@@ -95,6 +95,10 @@ class TextEnv(gymnasium.Env[str, str]):
     #: strings. The env must still accept text past them.
     stop_strings: tuple[str, ...] = ()
 
+    #: The key of `task.meta` whose values are the dataset's slices (SQL: `db_id`, the
+    #: database), or None. A sample of the tasks (`skyhub eval --n`) is spread over them.
+    slice_key: str | None = None
+
     def __init__(self, *, max_turns: int | None = None) -> None:
         super().__init__()
         self.observation_space = UnicodeText()
@@ -223,6 +227,16 @@ class TextEnv(gymnasium.Env[str, str]):
         """An action a perfect agent would send now (gold SQL, a solution script), or None when
         the env has no reference. Used by the `oracle` agent and by `skyhub check`."""
         return None
+
+    def sample_action(self, seed: int | None = None) -> str:
+        """A random action, for the `random` agent: a benchmark's floor, and a fuzz test of
+        the env's parser. The default draws from `action_space` (arbitrary text); override
+        it to draw actions shaped like the env's protocol (its tags around random content,
+        unclosed tags) so that a random baseline also reaches the code behind the parser.
+        `seed` makes the draw reproducible."""
+        if seed is not None:
+            self.action_space.seed(seed)
+        return self.action_space.sample()
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:

@@ -95,6 +95,32 @@ class TaskSet(Sequence[Task]):
         return [t.id for t in self._tasks]
 
 
+def spread_sample(tasks: Sequence[Task], n: int, seed: int, by: str | None = "db_id"
+                  ) -> list[int]:
+    """Indices of `n` tasks drawn with `seed` and spread over the values of `meta[by]` (a
+    dataset's slices, e.g. its databases): a seeded shuffle within each slice, then one from
+    each slice in turn (the slices in a seeded order), so every slice is in the sample once
+    `n` reaches their number; never the first `n`, which are a dataset's first slices.
+    In the order drawn, so the first m of a sample of n are the sample of m."""
+    import random
+
+    rng = random.Random(seed * 7919 + 17)
+    groups: dict[Any, list[int]] = {}
+    for i, t in enumerate(tasks):
+        groups.setdefault((t.meta or {}).get(by) if by else None, []).append(i)
+    queues = list(groups.values())
+    for q in queues:
+        rng.shuffle(q)
+    rng.shuffle(queues)
+    picked: list[int] = []
+    n = min(n, len(tasks))
+    while len(picked) < n:
+        for q in queues:
+            if q and len(picked) < n:
+                picked.append(q.pop())
+    return picked
+
+
 def read_rows(path: str | Path) -> list[tuple[int, Any]]:
     """(line number, parsed JSON) for each non-blank line of a UTF-8 JSONL file, or (position,
     item) for a `.json` file holding a list: what every task loader reads before it decides

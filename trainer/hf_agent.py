@@ -15,7 +15,9 @@ deterministic.
 
 from __future__ import annotations
 
+import hashlib
 import queue
+import re
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -24,6 +26,27 @@ from typing import Any
 from skyhub.chat import Message
 from skyhub.errors import UsageError
 from skyhub.eval.agents import Agent, Reply
+
+#: A Hugging Face hub id: NAME or ORG/NAME of letters, digits, '-', '_' and '.' (no '--'
+#: or '..', no leading or trailing '-' or '.'), at most 96 characters.
+_HUB_ID = re.compile(r"^(?!.*(--|\.\.))[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?"
+                     r"(/[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?)?$")
+
+
+def weights_sha256(model_dir: str | Path) -> str | None:
+    """SHA-256 over a model directory's weight files (names and bytes, in name order), so a
+    run records which weights it evaluated; None when there are none (a hub id)."""
+    files = sorted(f for pattern in ("*.safetensors", "*.bin", "*.pt")
+                   for f in Path(model_dir).glob(pattern))
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with f.open("rb") as fh:
+            while chunk := fh.read(1 << 23):
+                h.update(chunk)
+    return h.hexdigest()
 
 
 def resolve_model_dir(path: str) -> tuple[str, str]:
@@ -35,8 +58,9 @@ def resolve_model_dir(path: str) -> tuple[str, str]:
             raise UsageError(f"hf:{path}: {p / 'checkpoints'} holds no step_*/model checkpoint")
         p = ckpts[-1]
     if not p.exists():
-        if path.startswith((".", "/", "~")) or Path(path).suffix:
-            raise UsageError(f"hf:{path}: no such directory; pass a model directory (with "
+        if path.startswith((".", "/", "~")) or not _HUB_ID.match(path):
+            raise UsageError(f"hf:{path}: no such directory, and not a hub id (ORG/NAME, "
+                             "e.g. Qwen/Qwen2.5-0.5B-Instruct); pass a model directory (with "
                              "config.json), a `skyhub train` run directory, or a hub id")
         return path, path  # a hub id
     if not (p / "config.json").is_file():
@@ -71,6 +95,12 @@ class HFAgent(Agent):
             tokenizer.pad_token = tokenizer.eos_token
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
         self.name = f"hf:{path}"
+        local = Path(model_dir).is_dir()
+        self._settings = {
+            "path": str(Path(model_dir).resolve()) if local else model_dir,
+            "weights_sha256": weights_sha256(model_dir) if local else None,
+            "revision": getattr(model.config, "_commit_hash", None),
+            "temperature": temperature, "max_tokens": max_tokens, "top_p": top_p}
         self.tokenizer, self.chat = tokenizer, ChatFormat(tokenizer)
         self.engine = make_engine("hf", model, tokenizer, seed=seed)
         self.params = SamplingParams(max_tokens=max_tokens, temperature=temperature,
@@ -82,6 +112,9 @@ class HFAgent(Agent):
         self._worker = threading.Thread(target=self._serve, name="skyhub-hf-agent", daemon=True)
         self._worker.start()
         self._lock = threading.Lock()
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._settings)
 
     def use_stop_strings(self, stop: tuple[str, ...]) -> None:
         """End a turn at the env's stop strings too (kept in the text, as in training)."""

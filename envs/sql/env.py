@@ -152,6 +152,7 @@ class SQLEnv(TextEnv):
     """
 
     stop_strings = proto.STOP_STRINGS
+    slice_key = "db_id"  # a sample of the tasks is spread over the databases
 
     @renamed_kwargs(timeout_s="query_timeout_s")
     def __init__(self, *, dataset: str = "spider", data_dir: str | Path | None = None,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
 from skyhub.env import StepResult, TextEnv
 
 from .tasks import load_tasks
+
+_WORDS = ("amber", "birch", "cobalt", "delta", "ember", "fjord", "0", "1", "42", "yes", "no")
 
 
 def normalise(text: object) -> str:
@@ -35,6 +38,16 @@ class ToyEnv(TextEnv):
         task = self.start_episode(seed, options)  # seeds np_random, picks the task, turn = 0
         self._format_errors = 0
         return task.prompt, self.make_info()
+
+    def sample_action(self, seed: int | None = None) -> str:
+        """Protocol-shaped randomness: the env's own tags around random words or numbers,
+        and the malformed turns a policy produces (an empty turn, an unclosed tag, prose)."""
+        rng = random.Random(seed)
+        tags = [stop[2:-1] for stop in self.stop_strings if stop.startswith("</")]
+        content = rng.choice(_WORDS) if rng.random() < 0.6 else str(rng.randint(-50, 2500))
+        shapes = [f"<{t}>{content}</{t}>" for t in tags] + [
+            f"<{rng.choice(tags)}>{content}" if tags else content, "", f"I think it is {content}."]
+        return rng.choice(shapes)
 
     def breakdown(self, correct: float) -> dict[str, float]:
         """The final step's `reward_breakdown`."""

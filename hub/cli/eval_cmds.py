@@ -43,9 +43,16 @@ eval_app = typer.Typer(
 KwargsArg = Annotated[list[str] | None, typer.Argument(
     help="Env kwargs as key=value, e.g. data_dir=~/spider split=dev.", show_default=False)]
 AgentOpt = Annotated[str, typer.Option(
-    help="oracle (the env's reference solutions), nop, random, script:module:function, "
-         "openai:MODEL (any OpenAI-compatible server, with --base-url; key from "
-         "$OPENAI_API_KEY), hf:PATH (a local transformers model).")]
+    "--agent", "-a", show_default=False,
+    help="Required. oracle (the env's reference solutions), nop, random, "
+         "script:module:function, openai:MODEL (any OpenAI-compatible server, with "
+         "--base-url; key from $OPENAI_API_KEY), hf:PATH (a local transformers model).")]
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", "-m", show_default=False,
+    help="The model of a model agent: `-a openai -m gpt-4o` is `-a openai:gpt-4o`, "
+         "`-a hf -m ./ckpt` is `-a hf:./ckpt`.")]
+AttemptsOpt = Annotated[int, typer.Option(
+    "--attempts", "-k", min=1, help="Episodes per task; the summary adds pass@k.")]
 BaseUrlOpt = Annotated[str | None, typer.Option(
     help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (default "
          "$OPENAI_BASE_URL, else OpenAI).")]
@@ -64,6 +71,31 @@ SeedOpt = Annotated[int, typer.Option(help="Episode k is reset with seed SEED+k.
 
 def _console() -> Console:
     return Console(highlight=False)
+
+
+def agent_spec(agent: str, model: str | None) -> str:
+    """`--agent` with `--model` folded in (`openai` + `gpt-4o` -> `openai:gpt-4o`)."""
+    if model is None:
+        return agent
+    if ":" in agent:
+        raise typer.BadParameter(f"--agent {agent} already names its model; drop --model, or "
+                                 f"write --agent {agent.split(':')[0]} --model {model}",
+                                 param_hint="--model")
+    if agent in ("oracle", "nop", "random"):
+        raise typer.BadParameter(f"--agent {agent} takes no model", param_hint="--model")
+    return f"{agent}:{model}"
+
+
+def resolve_env_target(arg: str) -> str:
+    """`skyhub eval ARG`: an env id, or the folder of an env package (as `skyhub check`
+    takes it: its envs are registered from that folder); one env per evaluation."""
+    from skyhub.cli.publish_cmds import resolve_check_target
+
+    ids = resolve_check_target(arg)
+    if len(ids) != 1:
+        raise UsageError(f"{arg} registers {len(ids)} envs ({', '.join(ids)}); an evaluation "
+                         f"runs one: pip install -e {arg}, then pass one of those ids")
+    return ids[0]
 
 
 def _agent(spec: str, seed: int, **options: Any) -> Any:
@@ -92,15 +124,21 @@ def _interval(ci: Any) -> str:
 
 
 def _summary_table(title: str, s: Any) -> Table:
-    """Accuracy with its own (Wilson) interval, mean reward with its own (normal) one."""
+    """One row per figure (so it fits 80 columns whatever it holds): accuracy with its own
+    (Wilson) interval, mean reward with its own (normal) one, pass@k with several attempts."""
     table = Table(title=title, title_justify="left")
-    for col in ("episodes", "accuracy", "acc 95% CI", "mean reward", "reward 95% CI",
-                "mean turns", "infra errors", "seconds"):
-        table.add_column(col, justify="right")
-    n = f"{s.n}" if s.complete else f"{s.n} of {s.requested}"
-    table.add_row(n, _num(s.accuracy), _interval(s.ci95), _num(s.mean_reward),
-                  _interval(s.mean_reward_ci95), f"{s.mean_turns:.2f}", str(s.infra_errors),
-                  f"{s.seconds:.1f}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("95% CI", justify="right")
+    table.add_row("episodes", f"{s.n}" if s.complete else f"{s.n} of {s.requested}", "")
+    table.add_row("accuracy", _num(s.accuracy), _interval(s.ci95))
+    table.add_row("mean reward", _num(s.mean_reward), _interval(s.mean_reward_ci95))
+    for k, v in (getattr(s, "pass_at_k", None) or {}).items():
+        if k.startswith("pass@"):
+            table.add_row(k, _num(v), "")
+    table.add_row("mean turns", f"{s.mean_turns:.2f}", "")
+    table.add_row("infra errors", str(s.infra_errors), "")
+    table.add_row("seconds", f"{s.seconds:.1f}", "")
     return table
 
 
@@ -114,7 +152,7 @@ def _no_score_exit(console: Console, summary: Any) -> None:
 
 def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int | None,
                            concurrency: int, seed: int, env_kwargs: dict[str, Any],
-                           out: Path, resume: bool) -> Any:
+                           out: Path, resume: bool, attempts: int = 1) -> Any:
     """`evaluate.run` under a progress bar showing accuracy so far and infra errors."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -139,9 +177,14 @@ def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int 
             acc = f"{seen['ok'] / seen['scored']:.3f}" if seen["scored"] else "-"
             progress.update(bars[0], advance=1, acc=acc, infra=seen["infra"])
 
+        def says(sentence: str) -> None:
+            progress.console.print(f"tasks: {sentence}"
+                                   + (f", {attempts} attempts each" if attempts > 1 else ""))
+
         summary, episodes = evaluate.run(env_id, agent, n=n, concurrency=concurrency,
                                          seed=seed, env_kwargs=env_kwargs, on_episode=tick,
-                                         out=out, resume=resume, on_plan=total)
+                                         out=out, resume=resume, on_plan=total,
+                                         attempts=attempts, on_sample=says)
     _print_failures(console, episodes)
     return summary
 
@@ -169,11 +212,15 @@ def _print_failures(console: Console, episodes: list[Any], limit: int = 20) -> N
 
 @eval_app.command("run")
 def run_cmd(
-    env_id: Annotated[str, typer.Argument(help="The env id, e.g. sql-spider.")],
+    env_id: Annotated[str, typer.Argument(
+        help="The env id, e.g. sql-spider, or the folder of an env package.")],
+    agent: AgentOpt,
     kwargs: KwargsArg = None,
-    agent: AgentOpt = "oracle",
+    model: ModelOpt = None,
     n: Annotated[int | None, typer.Option(
-        "--n", help="Episodes (default: every task of the env once).")] = None,
+        "--n", help="Tasks: a seeded sample of N, spread over the dataset's slices (e.g. "
+                    "its databases); default: every task once.")] = None,
+    attempts: AttemptsOpt = 1,
     max_turns: Annotated[int | None, typer.Option(
         help="Passed to the env as max_turns= (SkyRL-SQL's protocol uses 5).")] = None,
     concurrency: ConcurrencyOpt = 8,
@@ -202,10 +249,11 @@ def run_cmd(
                                  param_hint="--resume")
     env_kwargs = parse_kwargs(kwargs)
     if "remote" not in env_kwargs:  # a served env need not be registered here
+        env_id = resolve_env_target(env_id)
         spec(env_id)  # an unknown id fails here, before anything starts
     if max_turns is not None:
         env_kwargs["max_turns"] = max_turns
-    the_agent = _agent(agent, seed, base_url=base_url, api_key=api_key,
+    the_agent = _agent(agent_spec(agent, model), seed, base_url=base_url, api_key=api_key,
                        temperature=temperature, max_tokens=max_tokens, timeout=timeout,
                        max_retries=max_retries)
     out = out if out is not None else _default_out(env_id, the_agent.name)
@@ -213,7 +261,8 @@ def run_cmd(
     try:
         summary = evaluate_with_progress(env_id, the_agent, console=console, n=n,
                                          concurrency=concurrency, seed=seed,
-                                         env_kwargs=env_kwargs, out=out, resume=resume)
+                                         env_kwargs=env_kwargs, out=out, resume=resume,
+                                         attempts=attempts)
     except KeyboardInterrupt:
         console.print(Text(f"interrupted: the finished episodes are in {out}/episodes.jsonl; "
                            "continue with the same command and --resume "
@@ -269,7 +318,10 @@ def compare_cmd(
 @eval_app.command("suite")
 def suite_cmd(
     name: Annotated[str | None, typer.Argument(help="The suite, e.g. skyrl-sql.")] = None,
-    agent: AgentOpt = "oracle",
+    agent: Annotated[str | None, typer.Option(
+        "--agent", "-a", show_default=False,
+        help="Required (but with --list): the agent, as in `skyhub eval run`.")] = None,
+    model: ModelOpt = None,
     n: Annotated[int | None, typer.Option(
         "--n", help="Episodes per run (default: every task of each dataset).")] = None,
     only: Annotated[list[str] | None, typer.Option(
@@ -309,9 +361,12 @@ def suite_cmd(
             table.add_row(s.name, ", ".join(r.name for r in s.runs), Text(s.description))
         console.print(table)
         return
+    if agent is None:
+        raise typer.BadParameter("which agent? e.g. --agent oracle, -a openai -m MODEL, "
+                                 "-a hf:./checkpoint", param_hint="--agent")
     suite = get_suite(name)
     runs = [suite.run(c) for c in only] if only else list(suite.runs)
-    the_agent = _agent(agent, seed, base_url=base_url, api_key=api_key,
+    the_agent = _agent(agent_spec(agent, model), seed, base_url=base_url, api_key=api_key,
                        temperature=temperature, max_tokens=max_tokens, timeout=timeout,
                        max_retries=max_retries)
     out = out if out is not None else _default_out(suite.name, the_agent.name)

@@ -5,8 +5,8 @@ An agent maps the conversation so far to its next action. Built-ins:
   checks the env and its reward end to end;
 - `nop`: does nothing (empty turns until the env ends the episode), the lower bound of a
   task with a verifier: a task that rewards it is broken;
-- `random`: a seeded choice among plausible protocol snippets and garbage, a lower bound
-  that exercises the env's handling of malformed actions;
+- `random`: the env's `sample_action()`, seeded (protocol-shaped where the env says so, its
+  action space otherwise), a lower bound that exercises the env's handling of bad actions;
 - `script:module:function`: any Python callable `function(messages) -> str`;
 - `openai:MODEL`: a model behind an OpenAI-compatible chat endpoint (`skyhub.eval.openai_agent`);
 - `hf:PATH` and any other `PREFIX:...`: agents that packages register under the entry-point
@@ -32,6 +32,8 @@ from typing import Any
 
 from skyhub.chat import Message
 
+#: What `act` gets to ask the env: called, the env's reference action for the current state
+#: (the oracle's); in the harness it also has `sample_action(seed) -> str` (the random agent's).
 ReferenceFn = Callable[[], "str | None"]
 
 
@@ -56,6 +58,11 @@ class Agent(abc.ABC):
 
     @abc.abstractmethod
     def act(self, messages: list[Message], reference: ReferenceFn) -> str | Reply: ...
+
+    def settings(self) -> dict[str, Any]:
+        """What, besides its name, changes this agent's results (sampling, endpoint, the
+        weights' path and hash): recorded in run.json, and `--resume` refuses a change."""
+        return {}
 
     def use_stop_strings(self, stop: tuple[str, ...]) -> None:
         """The env's stop strings (`</sql>`, `</answer>`...), given before the first `act`.
@@ -86,21 +93,26 @@ class NopAgent(Agent):
 
 
 class RandomAgent(Agent):
-    """Plausible-looking actions chosen at random: tags with random content, empty actions,
-    unclosed tags and free text."""
+    """Random actions from the env's own `sample_action()` (`TextEnv.sample_action`: the
+    env's action space unless the env draws protocol-shaped actions), seeded by this agent's
+    seed. Outside the harness (a `reference` without `sample_action`), from `UnicodeText`."""
 
     name = "random"
-    _SNIPPETS = ("<answer>{w}</answer>", "<lookup>{w}</lookup>", "<sql>SELECT {w}</sql>",
-                 "<answer>{n}</answer>", "<lookup>k{n}</lookup>", "", "I think it is {w}.",
-                 "<answer>{w}", "<solution>{n}</solution>")
-    _WORDS = ("amber", "birch", "cobalt", "delta", "ember", "fjord", "0", "1", "42", "yes", "no")
 
     def __init__(self, seed: int = 0) -> None:
-        self.rng = random.Random(seed)
+        self.seed, self.rng = seed, random.Random(seed)
+
+    def settings(self) -> dict[str, Any]:
+        return {"seed": self.seed}
 
     def act(self, messages: list[Message], reference: ReferenceFn) -> str:
-        s = self.rng.choice(self._SNIPPETS)
-        return s.format(w=self.rng.choice(self._WORDS), n=self.rng.randint(-50, 2500))
+        seed = self.rng.randrange(2**31)
+        sample = getattr(reference, "sample_action", None)
+        if sample is not None:
+            return sample(seed)
+        from skyhub.spaces import UnicodeText
+
+        return UnicodeText(seed=seed).sample()
 
 
 class ScriptAgent(Agent):

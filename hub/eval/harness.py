@@ -8,10 +8,15 @@ episode.
 
 Episodes run through a `VectorEnv` with `send`/`recv`, so a slow episode never holds the
 others back; an agent with `parallel = True` (a model server) is called from one thread per
-running episode, so `concurrency` requests are in flight. Episode k plays the env's task k
-(cycling when `n` exceeds the task set, so `n = len(tasks)` covers every task once) with seed
-`seed + k`: a run is reproducible whatever the concurrency, and two runs with the same env,
-`n` and `seed` can be compared episode by episode (`skyhub eval compare`).
+running episode, so `concurrency` requests are in flight.
+
+Which tasks: every task of the env once by default; with `n` smaller than the task set, a
+seeded sample of `n` spread over the env's slices (`TextEnv.slice_key`, e.g. the databases:
+`skyhub.task.spread_sample`); with `n` larger, the tasks cycle. With `attempts` K, each task
+is played K times (pass@k in the summary). Episode k is attempt k % K of the sample's task
+k // K, reset with seed `seed + k`: a run is reproducible whatever the concurrency, and two
+runs with the same env, `n`, `attempts` and `seed` can be compared episode by episode
+(`skyhub eval compare`).
 
 Episodes that end in an infrastructure error (the env's, or the agent's model server failing
 after its retries: `AgentError`) are recorded with `infra_error` and left out of the mean,
@@ -45,6 +50,8 @@ class EvalEpisode(Episode):
 
     index: int = 0
     seed: int = 0
+    task_index: int = 0  # the position of its task in the run's sample
+    attempt: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -65,7 +72,8 @@ class EvalEpisode(Episode):
     def to_record(self, env_id: str, agent: str) -> dict[str, Any]:
         """One line of episodes.jsonl."""
         error = self.final_info.get("error") if self.infra_error else None
-        return {"index": self.index, "seed": self.seed, "env_id": env_id, "agent": agent,
+        return {"index": self.index, "seed": self.seed, "task_index": self.task_index,
+                "attempt": self.attempt, "env_id": env_id, "agent": agent,
                 **self.to_dict(), "error": None if error is None else str(error),
                 "error_source": self.error_source if self.infra_error else None,
                 "meta": self.meta, "final_info": self.final_info,
@@ -77,14 +85,17 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
         seed: int = 0, env_kwargs: dict[str, Any] | None = None, max_steps: int = 100,
         on_episode: Callable[[EvalEpisode], None] | None = None,
         out: str | Path | None = None, resume: bool = False,
-        on_plan: Callable[[int], None] | None = None,
+        on_plan: Callable[[int], None] | None = None, attempts: int = 1,
+        on_sample: Callable[[str], None] | None = None,
         ) -> tuple[Summary, list[EvalEpisode]]:
-    """Run `n` episodes of `env_id` with `agent` (default: each of the env's tasks once),
-    `concurrency` at a time.
+    """Run `n` tasks of `env_id` (default: each of the env's tasks once; a spread sample
+    when `n` is smaller: see the module docstring), `attempts` episodes each, with `agent`,
+    `concurrency` episodes at a time.
 
     `max_steps` guards against an env that never ends: such an episode is cut and counted as
     an infra error. `on_plan` gets the number of episodes about to run (fewer than `n` when
-    resuming), `on_episode` each episode as it finishes (progress bars, logs).
+    resuming), `on_episode` each episode as it finishes (progress bars, logs), `on_sample`
+    a sentence saying which tasks run (a sample, or all of them).
     With `out`, episodes are appended to `out/episodes.jsonl` as they finish and
     `summary.json` is written at the end, also when the run stops early; `resume=True`
     continues the run found there (missing episodes and infra errors only). The summary then
@@ -94,26 +105,28 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
     """
     from skyhub.vector import make_vec
 
-    if (n is not None and n < 1) or concurrency < 1:
-        raise UsageError(f"n and concurrency must be >= 1 (got n={n}, concurrency={concurrency})")
+    if (n is not None and n < 1) or concurrency < 1 or attempts < 1:
+        raise UsageError(f"n, attempts and concurrency must be >= 1 (got n={n}, "
+                         f"attempts={attempts}, concurrency={concurrency})")
     env_kwargs = dict(env_kwargs or {})
-    width = concurrency if n is None else min(concurrency, n)
+    width = concurrency if n is None else min(concurrency, n * attempts)
     # The envs come first: missing data or a bad kwarg fails before a run directory is made.
     with make_vec(env_id, width, autoreset_mode="disabled", **env_kwargs) as venv:
         tasks = venv.get_attr("tasks", env_ids=[0])[0] or []
-        if n is None:
-            if not len(tasks):
-                raise UsageError(f"{env_id} has no fixed task set (it generates tasks): pass "
-                                 "--n to say how many episodes to run")
-            n = len(tasks)
+        order, sample = _task_order(env_id, tasks, n, seed,
+                                    venv.get_attr("slice_key", env_ids=[0])[0])
+        if on_sample is not None:
+            on_sample(sample["says"])
+        total = len(order) * attempts
         run_dir = RunDir(out) if out is not None else None
         kept: list[dict[str, Any]] = []
         if run_dir is not None:
-            config = {"env_id": env_id, "env_kwargs": env_kwargs, "agent": agent.name, "n": n,
-                      "seed": seed}
+            config = {"env_id": env_id, "env_kwargs": env_kwargs, "agent": agent.name,
+                      "agent_settings": agent.settings(), "n": len(order),
+                      "attempts": attempts, "seed": seed, "sample": sample}
             kept = run_dir.open(config, resume=resume)
         done = {r["index"] for r in kept}
-        todo = [k for k in range(n) if k not in done]
+        todo = [k for k in range(total) if k not in done]
         if on_plan is not None:
             on_plan(len(todo))
         t0 = time.perf_counter()
@@ -131,14 +144,16 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
         def summary() -> Summary:
             records = sorted(kept + new_records, key=lambda r: r["index"])
             s = summarise(env_id, agent.name, records, time.perf_counter() - t0,
-                          requested=len(records) + len(todo) - len(new))
+                          requested=len(records) + len(todo) - len(new), attempts=attempts)
             if run_dir is not None:
                 run_dir.write_summary(s)
             return s
 
         try:
             if todo:
-                _EvalLoop(venv, tasks, agent, seed, max_steps, finished).run(todo)
+                plan = [(order[k // attempts], k // attempts, k % attempts)
+                        for k in range(total)]
+                _EvalLoop(venv, tasks, plan, agent, seed, max_steps, finished).run(todo)
         except BaseException:  # Ctrl-C, a crash: the summary says what finished
             if run_dir is not None:
                 summary()
@@ -147,13 +162,39 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
     return summary(), new
 
 
+def _task_order(env_id: str, tasks: Any, n: int | None, seed: int, slice_key: str | None
+                ) -> tuple[list[int], dict[str, Any]]:
+    """The run's tasks as indices into `tasks` (positions, for an env that generates its
+    tasks), and what run.json records about the choice (with a sentence that says it)."""
+    from skyhub.task import spread_sample
+
+    if not len(tasks):
+        if n is None:
+            raise UsageError(f"{env_id} has no fixed task set (it generates tasks): pass "
+                             "--n to say how many episodes to run")
+        return list(range(n)), {"kind": "generated", "n": n,
+                                "says": f"{n} generated tasks (seeds {seed}..)"}
+    if n is None or n == len(tasks):
+        return list(range(len(tasks))), {"kind": "all", "n": len(tasks),
+                                         "says": f"all {len(tasks)} tasks"}
+    if n > len(tasks):
+        return [k % len(tasks) for k in range(n)], {
+            "kind": "cycle", "n": n, "says": f"{n} episodes cycling over the {len(tasks)} tasks"}
+    slices = len({(t.meta or {}).get(slice_key) for t in tasks}) if slice_key else 1
+    spread = f", spread over {slices} {slice_key} values" if slices > 1 else ""
+    return spread_sample(tasks, n, seed, slice_key), {
+        "kind": "sample", "n": n, "of": len(tasks), "seed": seed, "by": slice_key,
+        "says": f"a seeded sample of {n} of {len(tasks)} (seed {seed}{spread})"}
+
+
 class _EvalLoop:
     """The event loop of one evaluation: env results from the VectorEnv, agent replies from
     a thread pool (parallel agents) or inline (fast local agents)."""
 
-    def __init__(self, venv: Any, tasks: Any, agent: Agent, seed: int, max_steps: int,
-                 finished: Callable[[EvalEpisode], None]) -> None:
-        self.venv, self.tasks, self.agent = venv, tasks, agent
+    def __init__(self, venv: Any, tasks: Any, plan: list[tuple[int, int, int]], agent: Agent,
+                 seed: int, max_steps: int, finished: Callable[[EvalEpisode], None]) -> None:
+        # plan[k]: episode k's (index in tasks, position in the run's sample, attempt)
+        self.venv, self.tasks, self.plan, self.agent = venv, tasks, plan, agent
         agent.use_stop_strings(tuple(venv.get_attr("stop_strings", env_ids=[0])[0] or ()))
         self.seed, self.max_steps, self.finished = seed, max_steps, finished
         self.replies: queue.SimpleQueue[tuple[int, Any, float]] = queue.SimpleQueue()
@@ -204,7 +245,7 @@ class _EvalLoop:
 
     # ------------------------------------------------------------------ episodes
     def _start(self, slot: int, k: int) -> None:
-        task = self.tasks[k % len(self.tasks)] if len(self.tasks) else None
+        task = self.tasks[self.plan[k][0]] if len(self.tasks) else None
         options = {"task_id": task.id} if task is not None else None
         self.fresh[slot] = (k, dict(task.meta) if task is not None else {}, time.perf_counter())
         self.venv.async_reset([slot], seed=[self.seed + k], options=[options])
@@ -220,7 +261,8 @@ class _EvalLoop:
             # after this reset, from the slot just received (so not in flight)
             prompt = self.venv.get_attr("system_prompt", env_ids=[i])[0]
             ep = EvalEpisode(info.get("task_id"), prompt, obs, index=k,
-                             seed=self.seed + k, meta=meta, latency_s=t0)
+                             seed=self.seed + k, meta=meta, latency_s=t0,
+                             task_index=self.plan[k][1], attempt=self.plan[k][2])
             self.running[i] = ep
             if info.get("infra_error"):
                 ep.error_source = "env"
@@ -251,8 +293,7 @@ class _EvalLoop:
     def _act(self, i: int, messages: list[dict[str, str]]) -> Any:
         """The agent's reply, or the InfraError it raised (recorded, not raised)."""
         try:
-            return self.agent.act(messages, lambda: self.venv.call(
-                "reference_action", env_ids=[i])[0])
+            return self.agent.act(messages, _EnvCalls(self.venv, i))
         except InfraError as e:
             return e
 
@@ -282,6 +323,20 @@ class _EvalLoop:
         self.action[i] = ep.count(reply)
         self.venv.send([self.action[i]], [i])
         return 1
+
+
+class _EnvCalls:
+    """The `reference` an agent's `act` gets: called, slot i's reference action; and its
+    `sample_action(seed)` (see `skyhub.eval.agents.ReferenceFn`)."""
+
+    def __init__(self, venv: Any, i: int) -> None:
+        self.venv, self.i = venv, i
+
+    def __call__(self) -> str | None:
+        return self.venv.call("reference_action", env_ids=[self.i])[0]
+
+    def sample_action(self, seed: int) -> str:
+        return self.venv.call("sample_action", seed, env_ids=[self.i])[0]
 
 
 class _DaemonPool:

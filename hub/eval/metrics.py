@@ -16,6 +16,10 @@ The definitions (the run-directory contract, docs/eval.md):
   does); `tokens_known` says how many episodes that is.
 - **mean latency** (an episode's wall time) and **mean agent wait** (its time in the agent),
   over every episode.
+- **pass@k** (runs with `--attempts K`, K episodes per task): the chance that at least one of
+  k attempts at a task succeeds, by the unbiased estimator of Chen et al. (2021) per task,
+  1 - C(n-c, k) / C(n, k) with n scored attempts and c successes, averaged over the tasks
+  with at least k scored attempts (`pass_at_k`).
 A number that does not exist (no scored episode, no episode) is NaN here and null in JSON.
 """
 
@@ -122,6 +126,28 @@ def headline(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def pass_at_k_one(n: int, c: int, k: int) -> float:
+    """One task's unbiased pass@k from n attempts with c successes (k <= n)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_at_k(records: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
+    """{"pass@k": value or NaN, ...} over the tasks (records grouped by `task_index`, else
+    `task_id`) with at least k scored attempts; `tasks` counts the tasks with any."""
+    per_task: dict[Any, list[bool]] = {}
+    for r in records:
+        if not is_infra(r):
+            key = r.get("task_index", r.get("task_id"))
+            per_task.setdefault(key, []).append(is_success(r))
+    out: dict[str, Any] = {"tasks": len(per_task)}
+    for k in ks:
+        vals = [pass_at_k_one(len(v), sum(v), k) for v in per_task.values() if len(v) >= k]
+        out[f"pass@{k}"] = mean(vals)
+    return out
+
+
 def outcome_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
     """outcome -> episodes, in the order outcomes first appear."""
     counts: dict[str, int] = {}
@@ -162,6 +188,8 @@ class Summary:
     scored: int = 0
     successes: int = 0
     message: str | None = None  # why accuracy and mean reward are missing
+    attempts: int = 1  # episodes per task
+    pass_at_k: dict[str, Any] = field(default_factory=dict)  # with attempts > 1: `pass_at_k`
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: tuples as lists, NaN and infinities as None."""
@@ -172,10 +200,13 @@ class Summary:
 
 
 def summarise(env_id: str, agent: str, records: Sequence[dict[str, Any]], seconds: float,
-              requested: int | None = None) -> Summary:
+              requested: int | None = None, attempts: int = 1) -> Summary:
     """The run's `Summary` from its records (episodes.jsonl lines): `headline`'s figures, the
-    outcome counts, and whether all `requested` episodes were recorded."""
+    outcome counts, whether all `requested` episodes were recorded, and with `attempts` > 1
+    pass@k for k = 1, 2, 4, ... up to `attempts` (and `attempts` itself)."""
     h = headline(records)
+    ks = sorted({*(2 ** i for i in range(attempts.bit_length()) if 2 ** i <= attempts),
+                 attempts})
     requested = len(records) if requested is None else requested
     return Summary(
         env_id=env_id, agent=agent, n=h["episodes"], mean_reward=h["mean_reward"],
@@ -183,8 +214,9 @@ def summarise(env_id: str, agent: str, records: Sequence[dict[str, Any]], second
         mean_turns=h["mean_turns"], outcomes=outcome_counts(records), seconds=seconds,
         requested=requested, complete=len(records) >= requested, tokens=h["tokens"],
         mean_reward_ci95=h["mean_reward_ci95"], scored=h["scored"], successes=h["successes"],
-        message=None if h["scored"] else no_score_message(records))
+        message=None if h["scored"] else no_score_message(records), attempts=attempts,
+        pass_at_k=pass_at_k(records, ks) if attempts > 1 else {})
 
 
 __all__ = ["Summary", "ci95", "headline", "is_infra", "is_success", "mean_ci95",
-           "no_score_message", "summarise", "wilson"]
+           "no_score_message", "pass_at_k", "summarise", "wilson"]

@@ -140,6 +140,11 @@ class OpenAIAgent(Agent):
     def close(self) -> None:
         return None
 
+    def settings(self) -> dict[str, Any]:
+        return {"model": self.model, "base_url": self.base_url,
+                "temperature": self.temperature, "max_tokens": self.max_tokens,
+                "top_p": self.top_p, "stop": self.stop, "extra_body": self.extra_body}
+
     def __repr__(self) -> str:
         return f"<OpenAIAgent {self.name} at {self.base_url}>"
 

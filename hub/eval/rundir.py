@@ -18,7 +18,10 @@ if TYPE_CHECKING:
     from skyhub.eval.metrics import Summary
 
 # What must match for `resume` to continue a run rather than mix two different ones.
-_RUN_KEYS = ("env_id", "env_kwargs", "agent", "seed")
+#: What must be the same to resume a run: the env, the agent and every agent setting that
+#: changes results, the seed and the attempts per task (a larger `n` extends the sample).
+_RUN_KEYS = ("env_id", "env_kwargs", "agent", "agent_settings", "seed", "attempts")
+_RUN_DEFAULTS = {"agent_settings": {}, "attempts": 1}
 
 
 def finite(value: Any) -> Any:
@@ -53,6 +56,8 @@ class RunDir:
         kept: list[dict[str, Any]] = []
         if resume and (self.path / "run.json").is_file():
             before = json.loads((self.path / "run.json").read_text())
+            for k, default in _RUN_DEFAULTS.items():  # a run.json from before the key
+                before.setdefault(k, default)
             diff = [k for k in _RUN_KEYS if json.dumps(before.get(k), sort_keys=True, default=str)
                     != json.dumps(config.get(k), sort_keys=True, default=str)]
             if diff:
@@ -60,8 +65,8 @@ class RunDir:
                     f"--resume: {self.path} holds a different run ("
                     + "; ".join(f"{k}: {before.get(k)!r} there, {config.get(k)!r} now"
                                 for k in diff)
-                    + "). Resume with the same env, kwargs, --agent and --seed, or pick a new "
-                    "--out directory")
+                    + "). Resume with the same env, kwargs, --agent and its settings, --seed "
+                    "and --attempts, or pick a new --out directory")
             kept = [r for r in load_records(self.path) if not r["infra_error"]]
         elif resume:
             raise UsageError(f"--resume: {self.path} holds no run (no run.json); drop --resume "

@@ -76,15 +76,16 @@ def test_flaky_server_every_episode_recorded_and_failures_are_infra_errors(
 
 def test_resume_reruns_only_infra_errors_and_missing_episodes(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    with ScriptedOpenAIServer(solve, always_fail=is_product) as broken:
-        first, _ = harness.run("toy-arith", agent(broken, max_retries=1), n=N, concurrency=4,
+    with ScriptedOpenAIServer(solve, always_fail=is_product) as server:
+        first, _ = harness.run("toy-arith", agent(server, max_retries=1), n=N, concurrency=4,
                                 out=out)
-    assert first.infra_errors > 0
-    before = {r["index"]: r for r in records(out)}
-    with ScriptedOpenAIServer(solve) as healthy:
-        summary, rerun = harness.run("toy-arith", agent(healthy), n=N + 4, concurrency=4,
+        assert first.infra_errors > 0
+        before = {r["index"]: r for r in records(out)}
+        server.always_fail = None  # the server is fixed (same endpoint: run.json records it)
+        server.requests.clear()
+        summary, rerun = harness.run("toy-arith", agent(server), n=N + 4, concurrency=4,
                                       out=out, resume=True)
-        asked = len(healthy.requests)
+        asked = len(server.requests)
     expected = {k for k, r in before.items() if r["infra_error"]} | set(range(N, N + 4))
     assert {e.index for e in rerun} == expected and asked == len(expected)
     after = records(out)
@@ -149,10 +150,11 @@ def test_eval_command_with_a_flaky_server_then_resume_and_report(tmp_path: Path)
             "--concurrency", "5", "--max-retries", "1", "--out", str(out)]
     with ScriptedOpenAIServer(solve, fail_first=1, always_fail=is_product) as server:
         r = CliRunner().invoke(app, [*args, "--base-url", server.base_url])
-    assert r.exit_code == 0, r.output
-    infra = sum(r["infra_error"] for r in records(out))
-    assert infra > 0 and f"infra {infra}" in r.output
-    with ScriptedOpenAIServer(solve) as server:
+        assert r.exit_code == 0, r.output
+        infra = sum(r["infra_error"] for r in records(out))
+        assert infra > 0 and f"infra {infra}" in r.output
+        server.always_fail = None  # fixed, at the same endpoint (run.json records it)
+        server.requests.clear()
         r = CliRunner().invoke(app, [*args, "--base-url", server.base_url, "--resume"])
         assert r.exit_code == 0, r.output
         assert len(server.requests) == infra
@@ -211,3 +213,21 @@ except KeyboardInterrupt:
                        timeout=120)
     assert r.returncode == 0 and "interrupted" in r.stdout, r.stderr
     assert len(records(tmp_path / "o")) == 5
+
+
+def test_resume_refuses_other_sampling_or_another_endpoint(tmp_path: Path) -> None:
+    """run.json records what changes results (the agent's sampling, its endpoint, the
+    attempts per task): resuming with any of them changed would mix two runs."""
+    out = tmp_path / "run"
+    with ScriptedOpenAIServer(solve) as server:
+        harness.run("toy-arith", agent(server), n=4, concurrency=2, out=out)
+        saved = json.loads((out / "run.json").read_text())
+        assert saved["agent_settings"]["base_url"] == server.base_url
+        assert saved["agent_settings"]["temperature"] == 0.0 and saved["attempts"] == 1
+        for kw, named in (({"temperature": 0.7}, "temperature"),):
+            with pytest.raises(UsageError, match=named):
+                harness.run("toy-arith", agent(server, **kw), n=4, out=out, resume=True)
+        with pytest.raises(UsageError, match="attempts"):
+            harness.run("toy-arith", agent(server), n=4, out=out, resume=True, attempts=2)
+    with ScriptedOpenAIServer(solve) as elsewhere, pytest.raises(UsageError, match="base_url"):
+        harness.run("toy-arith", agent(elsewhere), n=4, out=out, resume=True)

@@ -117,7 +117,7 @@ def test_eval_command_writes_episodes_and_a_summary_that_agree(tmp_path: Path) -
 def test_eval_command_rejects_unknown_agent_and_env() -> None:
     r = CliRunner().invoke(app, ["eval", "toy-lookup", "--agent", "nonsense"])
     assert r.exit_code == 2 and "unknown agent" in r.output
-    r = CliRunner().invoke(app, ["eval", "toy-lookp"])
+    r = CliRunner().invoke(app, ["eval", "toy-lookp", "--agent", "oracle"])
     assert r.exit_code == 2 and "toy-lookup" in r.output
 
 

@@ -125,8 +125,11 @@ def test_console_shows_accuracy_interval_beside_accuracy(tmp_path: Path) -> None
                                  "--no-report"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     lo, hi = metrics.wilson(5, N)
-    assert f"[{lo:.3f}, {hi:.3f}]" in r.output
-    assert "reward 95% CI" in r.output
+    rows = {line.split("│")[1].strip(): line for line in r.output.splitlines()
+            if line.count("│") >= 3}
+    assert f"[{lo:.3f}, {hi:.3f}]" in rows["accuracy"]  # Wilson's, on accuracy's own row
+    assert f"[{lo:.3f}, {hi:.3f}]" not in rows["mean reward"]  # the reward has its own
+    assert "95% CI" in r.output
 
 
 def scripted_action(messages: list[dict[str, str]]) -> str:
