@@ -43,7 +43,7 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 
 # 3. the package, skipped when nothing changed since the last successful install
 stamp=".venv/.skyhub-installed"
-want="$(cat pyproject.toml | sha256sum | cut -c1-16) $extras"
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $extras"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   say "skyhub[$extras] is up to date in .venv"
   exit 0
@@ -54,5 +54,21 @@ case ",$extras," in
 esac
 say "installing skyhub[$extras] (editable)"
 "${pip[@]}" install -e ".[${extras}]"
+# 4. with the test extras: the frameworks skyhub.adapters is tested against, pinned. verifiers,
+# openenv-core and tinker-cookbook go in without their declared dependencies (which conflict
+# with e2b's connectrpc and pillow, or are not on this index), then what they import.
+case ",$extras," in
+  *,dev,*)
+    say "installing the adapters' frameworks (trl, verifiers, openenv-core, tinker-cookbook)"
+    "${pip[@]}" install "torch==2.13.0" "trl==1.16.0"
+    "${pip[@]}" install --no-deps "verifiers==0.3.1" "prime-sandboxes==0.5.1" \
+      "openenv-core==0.3.0" "tinker-cookbook==0.6.1"
+    "${pip[@]}" install "torch==2.13.0" "aiofiles==25.1.0" "aiolimiter==1.3.0" \
+      "anthropic==2.15.0" "gepa==0.1.4" "loguru==0.7.3" "math-verify==0.9.0" "openai==3.57.0" \
+      "prime-pydantic-config[toml]==0.4.3" "prime-tunnel==0.1.15" "renderers==0.1.12" \
+      "setproctitle==1.3.8" "tenacity==9.2.1" "tomli-w==1.2.0" "uvloop==0.23.0" \
+      "fastmcp==3.4.11" "mcp==1.30.0" "chz==0.4.0" "blobfile==3.3.0" "pyrage==1.4.0" \
+      "termcolor==3.3.0" "tiktoken==0.14.0" "datasets==5.2.0" "aiohttp==3.14.5" ;;
+esac
 echo "$want" > "$stamp"
 say "done: $(.venv/bin/skyhub --version)"

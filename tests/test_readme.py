@@ -15,8 +15,11 @@ import pytest
 README = Path(__file__).parents[1] / "README.md"
 TEXT = README.read_text()
 ALL_PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", TEXT, re.S)
-# the Tinker script needs a running `skyhub tinker serve`: test_tinker_section_runs runs it
-PYTHON_BLOCKS = [b for b in ALL_PYTHON_BLOCKS if "import tinker" not in b]
+# the Tinker script needs a running `skyhub tinker serve`: test_tinker_section_runs runs it;
+# the adapters' snippets need a model, a server or a framework's loop: tests/adapters run
+# them (test_adapter_snippets_are_the_files_their_tests_run checks they are those files)
+PYTHON_BLOCKS = [b for b in ALL_PYTHON_BLOCKS
+                 if "import tinker" not in b and "skyhub.adapters" not in b]
 CLI_BLOCK = re.search(r"## Command line\s+```bash\n(.*?)```", TEXT, re.S)
 
 
@@ -187,3 +190,16 @@ def test_dry_run_block_is_what_the_command_prints() -> None:
                        timeout=120, env={**os.environ, "COLUMNS": "120"})
     assert r.returncode == 0, r.stderr
     assert r.stdout == block.group(2)
+
+
+def test_adapter_snippets_are_the_files_their_tests_run() -> None:
+    """The README's adapter snippets are docs/snippets/*.py verbatim, and each file is run by
+    a test under tests/adapters/ (so every row's snippet is known to run)."""
+    root = Path(__file__).parent.parent
+    snippets = sorted((root / "docs/snippets").glob("adapter_*.py"))
+    assert len(snippets) == 5
+    tests = " ".join(p.read_text() for p in (root / "tests/adapters").glob("test_*.py"))
+    for f in snippets:
+        assert f"```python\n{f.read_text().rstrip()}\n```" in TEXT, f"README lacks {f.name}"
+        assert f.name in tests, f"no test under tests/adapters runs {f.name}"
+        assert f"](docs/snippets/{f.name})" in TEXT

@@ -288,7 +288,11 @@ def test_all_extra_has_every_other_extra_and_no_gpu_only_package() -> None:
         "optional-dependencies"]
     (all_spec,) = extras["all"]
     named = set(all_spec.split("[", 1)[1].rstrip("]").split(","))
-    assert named == set(extras) - {"all"}, "a new extra must be added to 'all' too"
+    # adapters whose frameworks' declared dependencies cannot be resolved beside the others
+    # (verifiers: connectrpc against e2b's; openenv-core: gradio's pillow; tinker-cookbook:
+    # tml-renderers, missing from the index here): installed apart (scripts/setup.sh)
+    apart = {"verifiers", "openenv", "tinker-cookbook"}
+    assert named == set(extras) - {"all"} - apart, "a new extra must be added to 'all' too"
     everything = " ".join(dep for deps in extras.values() for dep in deps).lower()
     for gpu_only in ("vllm", "openrlhf", "flash-attn", "deepspeed"):
         assert gpu_only not in everything

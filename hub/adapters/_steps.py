@@ -1,0 +1,74 @@
+"""What the OpenEnv, skyrl-gym and Tinker cookbook adapters share: one env step that never
+raises for a broken environment, and infos that survive JSON.
+
+skyhub reserves exceptions from `reset`/`step` for infrastructure (a malformed action is an
+observation, never an exception), so an adapter that lets one escape would crash the other
+framework's whole batch for what is one episode's infra error. `guarded_step` turns such an
+exception into the final step of an `infra_error` episode, the way `VectorEnv` does; each
+adapter then marks that episode in its framework's own terms.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import traceback
+from typing import Any
+
+from skyhub.chat import to_messages
+
+
+def infra_info(env: Any, error: str, tb: str = "") -> dict[str, Any]:
+    """The info of a step that ended an episode because the environment, not the agent,
+    failed (the same keys `VectorEnv` reports)."""
+    task = getattr(env, "task", None)
+    return {"task_id": getattr(task, "id", None), "turn": int(getattr(env, "turn", 0) or 0),
+            "outcome": "error", "infra_error": True, "error": error, "traceback": tb}
+
+
+def guarded_step(env: Any, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """`env.step(action)`, except that an exception becomes a truncated final step with
+    reward 0 and `infra_error=True` (and `error` naming the exception)."""
+    try:
+        obs, reward, terminated, truncated, info = env.step(action)
+    except Exception as e:
+        return "", 0.0, False, True, infra_info(env, f"{type(e).__name__}: {e}",
+                                                traceback.format_exc())
+    return str(obs), float(reward), bool(terminated), bool(truncated), dict(info)
+
+
+def is_infra_error(info: dict[str, Any]) -> bool:
+    return bool(info.get("infra_error"))
+
+
+def first_messages(env: Any, observation: str) -> list[dict[str, str]]:
+    """The conversation an episode starts with: the env's system prompt (when it has one),
+    then its first observation as the user's message."""
+    return to_messages(getattr(env, "system_prompt", None), observation)
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with everything JSON cannot carry turned into something it can (tuples to
+    lists, numpy scalars to numbers, NaN/inf to None, other objects to their `str`), so an
+    info crosses a wire or a Ray/pickle boundary without surprising the other side."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        try:
+            return jsonable(item())
+        except (TypeError, ValueError):
+            pass
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
