@@ -3,10 +3,11 @@
 gymnasium's checker covers the API's shapes; the checks here cover what a trainer relies on
 beyond them: the info keys it reads on every step, malformed actions that never raise, turns
 that are counted and end the episode within a declared `max_turns`, seeds that pick the same
-task in every process, a reference solution that really scores, and an env
-that leaves no thread or child process behind. Each check runs on its own: one that fails or
-crashes is reported (with the exception's last line) and the others still run, so a single
-report lists everything to fix. No check times anything.
+task in every process, a reference solution that really scores, episodes that replay
+identically (`skyhub replay`), and an env that leaves no thread or child process behind.
+Each check runs on its own: one that fails or crashes is reported (with the exception's
+last line) and the others still run, so a single report lists everything to fix. No check
+times anything.
 
 Over ~400 lines, for a reason: the contract's checks, one function each, with the runner
 that reports them: a newcomer reads them as one list.
@@ -144,6 +145,7 @@ def check_env(env_or_id: TextEnv | str, *, env_kwargs: dict[str, Any] | None = N
     _run(report, "turns", _check_turns, env, seed, episodes)
     _run(report, "seeding", _check_seeding, env, seed, make_other)
     _run(report, "reference", _check_reference, env, seed, episodes)
+    _run(report, "replay", _check_replay, env, seed)
     _run(report, "cleanup", _check_cleanup, env, baseline)
     return report
 
@@ -381,6 +383,56 @@ def _check_reference(env: Any, seed: int, episodes: int, notes: list[str]) -> st
                               "expected reward > 0 and 'success' (is the reference or the reward "
                               "wrong?)")
     return f"reference_action() solved {episodes} episode(s)"
+
+
+def _check_replay(env: Any, seed: int, notes: list[str]) -> str:
+    """The same reset and the same actions give the same observations and rewards, which
+    `skyhub replay` (and every comparison of two runs) relies on: an episode of reference
+    actions (random ones without a reference) and one of random actions, each played and
+    then replayed on the same env. What may legitimately vary is declared in the env's
+    `replay_ignore` (regexes)."""
+    from skyhub.chat import Episode
+    from skyhub.eval.replay import DIFFERS, UNREPLAYABLE, replay_record
+
+    env.action_space.seed(seed)
+    tasks = getattr(env.unwrapped, "tasks", ()) or ()
+    replayed = []
+    for k, kind in enumerate(("reference", "random")):
+        s = seed + k
+        task_id = tasks[s % len(tasks)].id if len(tasks) else None  # as the eval harness does
+        obs, info = env.reset(seed=s, options=None if task_id is None else {"task_id": task_id})
+        episode = Episode.start(env, obs, info)
+        if kind == "reference":
+            try:
+                first = _reference(env)
+            except Exception:  # the reference check reports a broken reference
+                first = None
+            kind = "reference" if first is not None else "random"
+        for _ in range(MAX_STEPS):
+            if kind == "random":
+                action = env.action_space.sample()
+            else:
+                action, first = (first if first is not None else _reference(env) or ""), None
+            episode.add(action, *env.step(action))
+            if episode.done:
+                break
+        record = {"seed": s, "agent": "oracle" if kind == "reference" else kind,
+                  **episode.to_dict()}
+        result = replay_record(env, record)
+        where = f"the {kind}-action episode (reset seed {s}, task {episode.task_id!r})"
+        if result.status == DIFFERS:
+            raise CheckFailed(f"replaying {where} on the same env differed from its first "
+                              f"play at {result.difference}\n(the same reset and actions must "
+                              "give the same observations and rewards: draw randomness from "
+                              "self.np_random, or declare what legitimately varies, e.g. "
+                              "timings, in the env's replay_ignore regexes)")
+        if result.status == UNREPLAYABLE:
+            notes.append(f"{where} could not be replayed: {result.reason}")
+        else:
+            replayed.append(f"{kind} ({result.steps} step{'s' if result.steps != 1 else ''})")
+    if not replayed:
+        return "skipped"
+    return "replayed episodes were identical: " + ", ".join(replayed)
 
 
 def _children() -> dict[int, str] | None:

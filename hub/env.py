@@ -99,6 +99,11 @@ class TextEnv(gymnasium.Env[str, str]):
     #: database), or None. A sample of the tasks (`skyhub eval --n`) is spread over them.
     slice_key: str | None = None
 
+    #: Regexes of what legitimately differs between two plays of the same episode (timings,
+    #: ports, temp paths, memory addresses): `skyhub replay` and `skyhub check`'s replay
+    #: check replace every match with `<ignored>` in both plays before comparing.
+    replay_ignore: tuple[str, ...] = ()
+
     def __init__(self, *, max_turns: int | None = None) -> None:
         super().__init__()
         self.observation_space = UnicodeText()

@@ -87,6 +87,9 @@ class HarborEnv(TerminalEnv):
     logs: `<logs_dir>/<task>/<n>/{agent,verifier,artifacts}`; default a temporary directory,
     kept). Docker only: a Harbor task is its Docker image."""
 
+    # the oracle's one-time token (reference_action) differs between two plays
+    replay_ignore = (r"# skyhub oracle [0-9a-f]{16}",)
+
     @renamed_kwargs(path="data_dir", command_timeout="command_timeout_s",
                     turn_timeout="turn_timeout_s")
     def __init__(self, *, data_dir: str | Path | None = None, max_turns: int = 50,

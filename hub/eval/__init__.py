@@ -15,7 +15,9 @@ One concept per module:
   reward and its own, infra errors, turns, tokens), used by summaries, reports and comparisons;
 - `breakdown`: slices, turns used, the error taxonomy; `render`: markdown and HTML;
   `plots`: PNGs; `report`: the run and suite reports built from those;
-- `compare`: paired comparisons of runs; `suites`: named sets of runs with published numbers.
+- `compare`: paired comparisons of runs; `suites`: named sets of runs with published numbers;
+- `replay`: recorded episodes played again on a fresh env (`skyhub replay`, and `skyhub
+  check`'s replay check); `view`: the local web viewer of runs (`skyhub view`).
 
 Import the module you need: this package imports nothing (`skyhub eval` loads only what a
 command uses).

@@ -69,11 +69,14 @@ class EvalEpisode(Episode):
             self.completion_tokens = (self.completion_tokens or 0) + reply.completion_tokens
         return reply.text
 
-    def to_record(self, env_id: str, agent: str) -> dict[str, Any]:
-        """One line of episodes.jsonl."""
+    def to_record(self, env_id: str, agent: str,
+                  env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One line of episodes.jsonl (with the env's kwargs, so that the line alone is
+        enough for `skyhub replay`)."""
         error = self.final_info.get("error") if self.infra_error else None
         return {"index": self.index, "seed": self.seed, "task_index": self.task_index,
-                "attempt": self.attempt, "env_id": env_id, "agent": agent,
+                "attempt": self.attempt, "env_id": env_id, "env_kwargs": env_kwargs or {},
+                "agent": agent,
                 **self.to_dict(), "error": None if error is None else str(error),
                 "error_source": self.error_source if self.infra_error else None,
                 "meta": self.meta, "final_info": self.final_info,
@@ -135,7 +138,7 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
 
         def finished(ep: EvalEpisode) -> None:
             new.append(ep)
-            new_records.append(ep.to_record(env_id, agent.name))
+            new_records.append(ep.to_record(env_id, agent.name, env_kwargs))
             if run_dir is not None:
                 run_dir.append(new_records[-1])
             if on_episode is not None:

@@ -6,6 +6,7 @@ env, so a failing check points at exactly one bug (and the other checks show the
 
 from __future__ import annotations
 
+import random
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from skyhub.registry import unregister
 from skyhub.task import Task, TaskSet
 
 ALL_CHECKS = ["gymnasium", "spaces", "info", "malformed", "turns", "seeding", "reference",
-              "cleanup"]
+              "replay", "cleanup"]
 
 
 class Quiz(TextEnv):
@@ -154,6 +155,34 @@ class IgnoresItsBudget(Retries):
             return super().step(action)
         self.next_turn()
         return "Answer inside <answer></answer>.", 0.0, False, False, self.make_info()
+
+
+class RandomHint(Retries):
+    """From the second turn on, adds a hint drawn from the process-wide `random` (not the
+    seeded `self.np_random`): the same reset and actions get another reply. (gymnasium's
+    checker compares first steps only, so it does not see this.)"""
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if obs and self.turn >= 2:
+            obs = f"{obs} Hint #{random.randrange(10**9)}."
+        return obs, reward, terminated, truncated, info
+
+
+class SeededHint(Retries):
+    """The same hint drawn from `self.np_random`, which reset seeds: deterministic."""
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if obs and self.turn >= 2:
+            obs = f"{obs} Hint #{int(self.np_random.integers(10**9))}."
+        return obs, reward, terminated, truncated, info
+
+
+class TimedHint(RandomHint):
+    """RandomHint whose varying part is declared: replay ignores it."""
+
+    replay_ignore = (r"Hint #\d+\.",)
 
 
 class DiscreteActions(Quiz):
@@ -349,6 +378,25 @@ def test_check_fails_env_that_does_not_end_within_max_turns(register: Callable[.
     assert "did not end within its turn budget (3 turns, max_turns=3)" in report["turns"].message
 
 
+def test_check_flags_env_whose_reply_is_not_reproducible(register: Callable[..., str]) -> None:
+    report = check_env(register(RandomHint))
+    assert failed(report) == ["replay"]
+    message = report["replay"].message
+    # the first differing observation, both versions: the random-action episode's first reply
+    assert "the random-action episode (reset seed 1, task 'q1')" in message
+    assert "at step 2: observation differs" in message
+    assert message.count("Hint #") == 2 and "replay_ignore" in message
+
+
+def test_replay_check_passes_seeded_randomness_and_declared_variation(
+        register: Callable[..., str]) -> None:
+    for cls in (SeededHint, TimedHint):
+        report = check_env(register(cls))
+        assert report.ok, str(report)
+        assert report["replay"].message == ("replayed episodes were identical: reference "
+                                            "(1 step), random (3 steps)")
+
+
 def test_check_flags_non_text_action_space(register: Callable[..., str]) -> None:
     report = check_env(register(DiscreteActions))
     assert "spaces" in failed(report)
@@ -418,7 +466,7 @@ def test_report_renders_as_a_table_with_a_row_per_check(register: Callable[..., 
     console = Console(width=200, record=True)
     console.print(table)
     text = console.export_text()
-    assert "FAIL" in text and "PASS" in text and "1 of 8 checks failed" in text
+    assert "FAIL" in text and "PASS" in text and "1 of 9 checks failed" in text
 
 
 def test_every_malformed_action_is_tried() -> None:
