@@ -475,6 +475,17 @@ def _containers() -> set[str] | None:
         return None
 
 
+#: Daemon threads libraries start once per process and keep on purpose (tqdm's monitor).
+PROCESS_WIDE_THREADS = ("tqdm_monitor",)
+
+
+def process_wide(thread: threading.Thread) -> bool:
+    """A daemon thread meant to outlive every env: one per process, started on first use
+    (the SQLite watchdog: marked `skyhub_process_wide = True`), so not a leak of this env."""
+    return thread.daemon and (getattr(thread, "skyhub_process_wide", False)
+                              or thread.name in PROCESS_WIDE_THREADS)
+
+
 def _check_cleanup(env: Any, baseline: tuple[set[threading.Thread], dict[int, str] | None,
                                              set[str] | None], notes: list[str]) -> str:
     before_threads, before_children, before_containers = baseline
@@ -487,7 +498,7 @@ def _check_cleanup(env: Any, baseline: tuple[set[threading.Thread], dict[int, st
         notes.append("cannot list child processes here (no /proc); only threads were checked")
     for _ in range(40):  # up to 2 s of grace for threads and processes shutting down
         leaks = [f"thread {t.name!r}" for t in threading.enumerate()
-                 if t not in before_threads and t.is_alive()]
+                 if t not in before_threads and t.is_alive() and not process_wide(t)]
         leaks += [f"process {pid} {what}" for pid, what in (_children() or {}).items()
                   if pid not in (before_children or {}) and not what.endswith("[Z]")]
         if not leaks:

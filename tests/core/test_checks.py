@@ -518,3 +518,20 @@ def test_container_left_running_fails_cleanup(register: Callable[[type[TextEnv]]
     tidy = check_env(register(ClosesItsContainer))
     assert tidy.ok, str(tidy)
     assert "container" in tidy.results[-1].message  # containers were looked at
+
+
+def test_a_process_wide_daemon_thread_is_not_an_envs_leak() -> None:
+    """The SQLite watchdog starts with the first statement of the process and serves every
+    env after it: the cleanup check must not blame whichever env happened to start it."""
+    import threading
+
+    from skyhub.checks import process_wide
+
+    stop = threading.Event()
+    shared = threading.Thread(target=stop.wait, daemon=True, name="x-shared")
+    shared.skyhub_process_wide = True  # type: ignore[attr-defined]
+    plain = threading.Thread(target=stop.wait, daemon=True, name="x-plain")
+    joined = threading.Thread(target=stop.wait, name="x-marked-but-not-daemon")
+    joined.skyhub_process_wide = True  # type: ignore[attr-defined]
+    assert process_wide(shared) and not process_wide(plain) and not process_wide(joined)
+    assert process_wide(threading.Thread(target=stop.wait, daemon=True, name="tqdm_monitor"))

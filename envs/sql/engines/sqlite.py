@@ -78,6 +78,9 @@ class _Watchdog:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, daemon=True,
                                                     name="skyhub-sqlite-watchdog")
+                    # one per process, for every env: `skyhub check` does not count it as
+                    # a thread the env left behind
+                    self._thread.skyhub_process_wide = True  # type: ignore[attr-defined]
                     self._thread.start()
 
     def disarm(self, con: sqlite3.Connection) -> str:
