@@ -17,7 +17,8 @@ apt_install() {
 # 1. a Python >= 3.11
 py=""
 for c in python3.13 python3.12 python3.11 python3; do
-  if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  # (stderr dropped: pyenv's shim for a version that is not selected complains aloud)
+  if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     py=$(command -v "$c"); break
   fi
 done

@@ -86,6 +86,9 @@ class HFAgent(Agent):
         from skyhub.trainer.engines import SamplingParams, make_engine
 
         model_dir, tok_dir = resolve_model_dir(path)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # its loading bar would cut into the eval's own
         try:
             tokenizer = AutoTokenizer.from_pretrained(tok_dir)
             model = AutoModelForCausalLM.from_pretrained(model_dir)

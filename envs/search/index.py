@@ -45,6 +45,14 @@ def iter_corpus(path: str | Path) -> Iterator[dict[str, Any]]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataNotFound(f"{path}:{n}: not JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DataNotFound(f"{path}:{n}: a row must be a JSON object with \"id\" and "
+                                   f"\"contents\", got {type(row).__name__}")
+            if "contents" not in row and "text" not in row:
+                raise DataNotFound(
+                    f"{path}:{n}: no \"contents\" (nor \"text\") in this row; its keys are "
+                    f"{sorted(row)}. Each line needs {{\"id\", \"contents\"}} (pyserini/Search-R1"
+                    f" format; {{\"title\", \"text\"}} rows are accepted too)")
             if "contents" not in row:
                 title, text = row.get("title"), row.get("text", "")
                 row["contents"] = f'"{title}"\n{text}' if title else str(text)

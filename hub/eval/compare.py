@@ -128,9 +128,9 @@ class Comparison:
 
         table = Table(title=f"{self.baseline.env_id}: vs baseline {self.baseline.label}",
                       caption="\n".join(self.notes) or None, box=box.SIMPLE_HEAD,
-                      show_lines=True)
+                      show_lines=True, pad_edge=False, padding=(0, 0))
         longest = max(len(x) for r in self.runs for x in (r.label, r.agent))
-        table.add_column("run\nagent", min_width=min(longest, 24), overflow="fold")
+        table.add_column("run\nagent", min_width=min(longest, 14), overflow="fold")
         for header in ("n\ninfra", "accuracy\n95% CI", "Δ accuracy\n95% CI",
                        "McNemar p\nb / c", "reward\nmean, Δ, p"):
             table.add_column(header, justify="right", no_wrap=True)
