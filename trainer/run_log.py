@@ -21,6 +21,42 @@ COLUMNS = (("step", "step", "{:.0f}"), ("reward_mean", "reward", "{:.3f}"),
            ("infra_errors", "infra", "{:.0f}"), ("step_s", "step s", "{:.2f}"))
 
 
+#: TensorBoard (and W&B) groups: a metric's tag is `<group>/<key>`; eval metrics drop their
+#: `eval_` prefix (`eval/reward_mean`). Keys not named here are training statistics.
+ROLLOUT_KEYS = frozenset({
+    "reward_mean", "reward_std", "success_rate", "episodes", "infra_errors", "truncated_frac",
+    "turns_mean", "response_tokens_mean", "seq_tokens_mean", "staleness_mean", "staleness_max",
+    "in_flight_max"})
+
+
+def metric_tag(key: str) -> str:
+    """`train/loss`, `rollout/reward_mean`, `eval/reward_mean`, `time/step_s`: related
+    curves side by side in TensorBoard instead of one flat list of fifty."""
+    if key.startswith("eval_"):
+        return f"eval/{key[5:]}"
+    if key.endswith("_s") or key in ("tokens_per_s",):
+        return f"time/{key}"
+    if key in ROLLOUT_KEYS:
+        return f"rollout/{key}"
+    return f"train/{key}"
+
+
+def episodes_markdown(episodes: list[dict[str, Any]], limit: int = 3) -> str:
+    """A few episodes as markdown (TensorBoard's text tab): task, outcome, reward, then the
+    conversation, each message cut to 600 characters."""
+    parts = []
+    for ep in episodes[:limit]:
+        head = (f"**{ep.get('task_id')}**: {ep.get('outcome')}, reward "
+                f"{ep.get('reward')}, {ep.get('turns')} turns")
+        lines = [head, ""]
+        for m in ep.get("messages") or []:
+            text = str(m.get("content", ""))
+            text = text if len(text) <= 600 else text[:600] + " ..."
+            lines.append(f"*{m.get('role')}*:\n\n    " + text.replace("\n", "\n    "))
+        parts.append("\n\n".join(lines))
+    return "\n\n---\n\n".join(parts)
+
+
 class RunLog:
     def __init__(self, out: Path, total_steps: int, *, live: bool | None = None,
                  tensorboard: bool = True, wandb_project: str | None = None,
@@ -85,12 +121,13 @@ class RunLog:
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         step = int(row["step"])
+        scalars = {metric_tag(k): v for k, v in row.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool) and k != "step"}
         if self._tb is not None:
-            for k, v in row.items():
-                if isinstance(v, int | float) and k != "step":
-                    self._tb.add_scalar(k, v, step)
+            for tag, v in scalars.items():
+                self._tb.add_scalar(tag, v, step)
         if self._wandb is not None:
-            self._wandb.log(row, step=step)
+            self._wandb.log(scalars, step=step)
         if self._live is not None:
             from rich.console import Group
 
@@ -100,6 +137,12 @@ class RunLog:
             cells = [f"{h}={fmt.format(row[k])}" for k, h, fmt in COLUMNS
                      if isinstance(row.get(k), int | float)]
             print(f"[{step}/{self.total}] " + "  ".join(cells[1:]), flush=True)
+
+    def log_episodes(self, tag: str, step: int, episodes: list[dict[str, Any]],
+                     limit: int = 3) -> None:
+        """A few episodes (eval JSONL records) as text under `tag` (e.g. `eval/episodes`)."""
+        if self._tb is not None and episodes:
+            self._tb.add_text(tag, episodes_markdown(episodes, limit), step)
 
     def _table(self) -> Any:
         from rich.table import Table
@@ -125,9 +168,19 @@ def _tensorboard(out: Path) -> Any:
     return SummaryWriter(log_dir=str(out / "tensorboard"))
 
 
+#: The curves' panels: (title, metric keys); a panel none of whose keys a run logged is
+#: left out (e.g. KL without a KL term).
+PANELS = (("reward", ("reward_mean", "eval_reward_mean")),
+          ("success rate", ("success_rate", "eval_success_rate")),
+          ("loss", ("loss",)), ("KL", ("kl", "approx_kl", "kl_penalty")),
+          ("entropy", ("entropy",)), ("clip fraction", ("clip_frac",)),
+          ("gradient norm", ("grad_norm",)), ("response tokens", ("response_tokens_mean",)),
+          ("turns", ("turns_mean", "eval_turns_mean")), ("step seconds", ("step_s",)))
+
+
 def plot_metrics(metrics_path: Path, png: Path) -> Path | None:
-    """Reward (train and eval), gradient norm, response length and step time against step,
-    as one PNG (a GRPO policy loss is ~0 by construction: not worth a panel)."""
+    """Every panel of `PANELS` the run has data for, against step, as one PNG (a grid of up
+    to five panels a row)."""
     rows = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
     if not rows:
         return None
@@ -136,10 +189,16 @@ def plot_metrics(metrics_path: Path, png: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("reward", ("reward_mean", "eval_reward_mean")), ("gradient norm", ("grad_norm",)),
-              ("response tokens", ("response_tokens_mean",)), ("step seconds", ("step_s",))]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
-    for ax, (title, keys) in zip(axes, panels, strict=True):
+    panels = [(t, keys) for t, keys in PANELS
+              if any(isinstance(r.get(k), int | float) for r in rows for k in keys)]
+    panels = panels or list(PANELS[:1])
+    cols = min(5, len(panels))
+    nrows = -(-len(panels) // cols)
+    fig, grid = plt.subplots(nrows, cols, figsize=(3.8 * cols, 3.1 * nrows), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    for ax, (title, keys) in zip(axes, panels, strict=False):
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float)]
             if pts:
@@ -148,7 +207,7 @@ def plot_metrics(metrics_path: Path, png: Path) -> Path | None:
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        if len(keys) > 1:
+        if sum(any(k in r for r in rows) for k in keys) > 1:
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
