@@ -179,9 +179,11 @@ def recipes() -> list[str]:
     return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
 
-def load_config(recipe: str | Path | None = None, overrides: list[str] | None = None
+def load_config(recipe: str | Path | None = None, overrides: list[str] | None = None, *,
+                env_id: str | None = None, env_kwargs: dict[str, Any] | None = None
                 ) -> TrainConfig:
-    """Defaults, then the recipe (a bundled name or a YAML path), then `key=value` overrides."""
+    """Defaults, then the recipe (a bundled name or a YAML path), then `env_id` in place of
+    the recipe's env (`use_env`: `skyhub train --env ID`), then `key=value` overrides."""
     import yaml
 
     cfg = TrainConfig()
@@ -201,6 +203,8 @@ def load_config(recipe: str | Path | None = None, overrides: list[str] | None = 
                              f"{type(doc).__name__}")
         _merge(cfg, doc, str(path))
         cfg.recipe = cfg.recipe or path.stem
+    if env_id is not None:
+        use_env(cfg, env_id, env_kwargs, overrides)
     for item in overrides or []:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
@@ -240,8 +244,36 @@ def _set(root: Any, dotted: str, value: Any, where: str, prefix: str = "") -> No
             setattr(obj, name, _coerce(value, hint, full, where))
             return
         obj = getattr(obj, name)
+        if isinstance(obj, dict):  # e.g. env.kwargs.n_words=3: a key inside the dict
+            _set_in_dict(obj, parts[i + 1:], value)
+            return
         if not dataclasses.is_dataclass(obj):
             raise UsageError(f"{where}: {full!r} is a value, not a section")
+
+
+def _set_in_dict(d: dict[str, Any], keys: list[str], value: Any) -> None:
+    """`keys` = ["a", "b"]: d["a"]["b"] = value (inner dicts made as needed). Dict values
+    are free-form (an env's kwargs), so their keys are checked where they are used."""
+    for k in keys[:-1]:
+        if not isinstance(d.get(k), dict):
+            d[k] = {}
+        d = d[k]
+    d[keys[-1]] = value
+
+
+def use_env(cfg: TrainConfig, env_id: str, kwargs: dict[str, Any] | None = None,
+            overrides: list[str] | None = None) -> TrainConfig:
+    """`skyhub train --env ID k=v ...`: train on `env_id` with `kwargs` instead of the
+    recipe's env (whose kwargs, and eval kwargs, belong to the recipe's env, so they are
+    cleared), and evaluate on that same env with its kwargs unless `overrides` set
+    `env.eval_id` (another env) or `env.eval_kwargs.*` (the same env, other kwargs)."""
+    cfg.env.id, cfg.env.kwargs = env_id, dict(kwargs or {})
+    said = {o.partition("=")[0].strip() for o in overrides or []}
+    cfg.env.eval_kwargs = {}  # the recipe's were for the recipe's eval env
+    if "env.eval_id" not in said:
+        # null: the training env with its kwargs; named again when eval kwargs are given
+        cfg.env.eval_id = env_id if any(k.startswith("env.eval_kwargs") for k in said) else None
+    return cfg
 
 
 def _coerce(value: Any, hint: Any, key: str, where: str) -> Any:
@@ -323,4 +355,5 @@ def to_yaml(cfg: TrainConfig) -> str:
 
 
 __all__ = ["AlgoConfig", "DistConfig", "EnvConfig", "LoopConfig", "ModelConfig", "OptimConfig",
-           "RolloutConfig", "TrainConfig", "load_config", "recipes", "to_dict", "to_yaml"]
+           "RolloutConfig", "TrainConfig", "load_config", "recipes", "to_dict", "to_yaml",
+           "use_env"]

@@ -70,3 +70,20 @@ def test_printed_config_loads_back_to_the_same_config(tmp_path: Path) -> None:
     path = tmp_path / "resolved.yaml"
     path.write_text(to_yaml(cfg))
     assert load_config(path) == cfg
+
+
+def test_dotted_overrides_reach_into_dict_values() -> None:
+    cfg = load_config("tiny-cpu", ["env.kwargs.n_words=3", "rollout.engine_kwargs.a.b=0.5"])
+    assert cfg.env.kwargs["n_words"] == 3 and cfg.env.kwargs["n_tasks"] == 2000
+    assert cfg.rollout.engine_kwargs == {"a": {"b": 0.5}}
+
+
+def test_another_env_clears_the_recipes_env_settings_and_evaluates_on_itself() -> None:
+    cfg = load_config("sql-grpo-653", ["env.kwargs.hops=2"], env_id="toy-recall",
+                      env_kwargs={"n_words": 4})
+    assert (cfg.env.id, cfg.env.kwargs) == ("toy-recall", {"n_words": 4, "hops": 2})
+    assert cfg.env.eval_id is None and cfg.env.eval_kwargs == {}  # the training env itself
+    other = load_config("tiny-cpu", ["env.eval_id=toy-arith"], env_id="toy-lookup")
+    assert other.env.eval_id == "toy-arith"
+    same = load_config("tiny-cpu", ["env.eval_kwargs.n_tasks=5"], env_id="toy-lookup")
+    assert (same.env.eval_id, same.env.eval_kwargs) == ("toy-lookup", {"n_tasks": 5})
