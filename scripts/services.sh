@@ -24,6 +24,9 @@ apt_install() {
 # bubblewrap for local sandboxes; Debian's Jupyter stack for kernels in local sandboxes (they
 # run as their own uid, which cannot read a virtualenv under /root)
 apt_install bubblewrap python3-ipykernel python3-jupyter-client python3-numpy python3-sympy
+# headless Chromium and its WebDriver: the `skyhub view` browser test (Selenium drives the
+# system browser; nothing is downloaded)
+command -v chromedriver >/dev/null || apt_install chromium chromium-driver
 
 # PostgreSQL: a throwaway server for tests and engine="postgres" (trust auth on loopback only;
 # fsync=off because every database in it can be rebuilt from the canonical SQLite files).

@@ -89,6 +89,38 @@ class _Commands(TyperGroup):
         return None if ep is None else _load_plugin(ep)
 
 
+_PLAIN_TYPES = {"<str>", "<bool>", "<path>", "<list[str]>", "<str>...", "<list[str]>..."}
+
+
+def _plain_help() -> None:
+    """Quieter `--help` for typer >= 0.25, which writes a required argument as `{env_id}` in
+    the usage line and a type beside every parameter (`<str>`, `<bool>`): arguments go back
+    to `ENV_ID` / `[KWARGS]...`, and types that say nothing the help text does not are left
+    out (numbers, ranges and choices stay). Older typers lack these hooks: nothing changes."""
+    from typer import core
+
+    if hasattr(core.TyperArgument, "_usage_display_name"):
+        def usage(self: Any) -> str:
+            name = self.metavar or (self.name or "").upper()
+            name = name if self.required else f"[{name}]"
+            return name + ("..." if self.nargs != 1 else "")
+
+        core.TyperArgument._usage_display_name = usage  # type: ignore[method-assign]
+    for cls in (core.TyperArgument, core.TyperOption):
+        shown = getattr(cls, "display_type_rich", None)
+        if shown is None or getattr(shown, "_skyhub_plain", False):
+            continue
+
+        def display(self: Any, ctx: Any, _shown: Any = shown) -> str | None:
+            text = _shown(self, ctx)
+            return text if text and text.startswith("[") and "|" in text else None
+
+        display._skyhub_plain = True  # type: ignore[attr-defined]
+        cls.display_type_rich = display  # type: ignore[method-assign]
+
+
+_plain_help()
+
 app = typer.Typer(
     name="skyhub",
     help="skyhub: a hub of text RL environments for LLM agents.",
@@ -280,8 +312,10 @@ def _add_subcommands() -> None:
     from skyhub.cli.bench_cmd import bench_cmd
     from skyhub.cli.eval_cmds import eval_app
     from skyhub.cli.publish_cmds import install_cmd, new_cmd, publish_cmd
+    from skyhub.cli.replay_cmd import replay_cmd
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
     from skyhub.cli.serve_cmd import serve_cmd
+    from skyhub.cli.view_cmd import view_cmd
 
     for name, sub in (("eval", eval_app), ("sandbox", sandbox_app), ("images", images_app)):
         for command in sub.registered_commands:
@@ -292,6 +326,8 @@ def _add_subcommands() -> None:
     app.command("publish")(_friendly_errors(publish_cmd))
     app.command("install")(_friendly_errors(install_cmd))
     app.command("serve")(_friendly_errors(serve_cmd))
+    app.command("view")(_friendly_errors(view_cmd))
+    app.command("replay")(_friendly_errors(replay_cmd))
 
 
 _add_subcommands()

@@ -197,7 +197,7 @@ def sign_flip_p(diffs: np.ndarray, *, samples: int = PERMUTATION_SAMPLES,
 
 # -- runs ---------------------------------------------------------------------------------------
 
-def _labels(run_dirs: list[Path]) -> list[str]:
+def run_labels(run_dirs: list[Path]) -> list[str]:
     """Directory names, with the parent added where two runs share a name."""
     names = [p.name or str(p) for p in run_dirs]
     return [f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else name
@@ -267,7 +267,7 @@ def compare_runs(run_dirs: list[Path]) -> Comparison:
     if len(run_dirs) < 2:
         raise UsageError("compare needs at least two run directories (the first is the "
                          "baseline)")
-    labels = _labels(run_dirs)
+    labels = run_labels(run_dirs)
     records = [load_records(p) for p in run_dirs]
     configs = [read_json(p / "run.json") for p in run_dirs]
     runs = [_run_stats(lab, p, recs, cfg)

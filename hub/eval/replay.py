@@ -324,9 +324,11 @@ def _compare(env: Any, record: dict[str, Any], patterns: Sequence[re.Pattern[str
 
 # ------------------------------------------------------------------ files of records
 def load_episodes(path: str | Path) -> list[dict[str, Any]]:
-    """The records of an episodes JSONL file (or of an eval run directory's): by `index`,
-    then those without one in file order. As for `skyhub.eval.rundir.load_records`, the last
-    line for an `index` wins (a resumed run re-ran it) and a torn line is skipped."""
+    """The records of an episodes JSONL file (or of an eval run directory's), as
+    `skyhub.eval.rundir.read_episodes` reads them: by `index`, the last line for an index
+    winning (a resumed run re-ran it), a torn line skipped."""
+    from skyhub.eval.rundir import read_episodes
+
     path = Path(path)
     if path.is_dir():
         path = path / "episodes.jsonl"
@@ -334,18 +336,7 @@ def load_episodes(path: str | Path) -> list[dict[str, Any]]:
         raise DataNotFound(f"{path} not found: give an episodes JSONL file (what `skyhub eval "
                            "--out DIR` writes as DIR/episodes.jsonl, or a training run's "
                            "saved episodes) or its directory")
-    records: dict[Any, dict[str, Any]] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            key = ("index", rec["index"]) if isinstance(rec.get("index"), int) else ("line", n)
-            records.pop(key, None)  # re-inserted last: file order of the surviving lines
-            records[key] = rec
-    return sorted(records.values(), key=lambda r: (
-        0, r["index"]) if isinstance(r.get("index"), int) else (1, 0))
+    return read_episodes(path)
 
 
 def _run_config(path: Path) -> dict[str, Any]:

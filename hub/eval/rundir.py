@@ -92,25 +92,46 @@ class RunDir:
         (self.path / "summary.json").write_text(dumps(summary.to_dict(), indent=2) + "\n")
 
 
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON-object lines of a JSONL file (metrics.jsonl, an episodes file), in file order;
+    a torn or non-object line is skipped, and a missing or unreadable file is []."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return []
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def read_episodes(path: str | Path) -> list[dict[str, Any]]:
+    """The episodes of an episodes JSONL file (an eval run's episodes.jsonl, a training run's
+    episodes/step-N.jsonl), sorted by `index`: a line without one gets its position, and
+    the last line for an index wins (a resumed run appends the episode it re-ran)."""
+    by_index: dict[int, dict[str, Any]] = {}
+    for n, rec in enumerate(read_jsonl(path)):
+        index = rec.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            rec["index"] = index = n
+        by_index[index] = rec
+    return [by_index[k] for k in sorted(by_index)]
+
+
 def load_records(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The episodes of a run directory, sorted by index. A resumed run appends a new line for
-    an episode it re-ran (an infra error retried): the last line for an index wins. A torn
-    last line (a crash mid-write) is skipped."""
+    """The episodes of a run directory (`read_episodes` of its episodes.jsonl)."""
     path = Path(run_dir) / "episodes.jsonl"
     if not path.is_file():
         from skyhub.errors import DataNotFound
 
         raise DataNotFound(f"{path} not found: is {run_dir} the --out directory of a "
                            "`skyhub eval` run?")
-    by_index: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and "index" in rec:
-            by_index[int(rec["index"])] = rec
-    return [by_index[k] for k in sorted(by_index)]
+    return read_episodes(path)
 
 
 def read_json(path: Path) -> dict[str, Any]:

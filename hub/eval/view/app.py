@@ -1,0 +1,132 @@
+"""The web app of `skyhub view`: a JSON API over `skyhub.eval.view.data` and the static page
+that draws it (`static/`: plain HTML, JS and CSS, no build step).
+
+    from skyhub.eval.view.app import create_app
+    from skyhub.eval.view.data import open_runs
+    app = create_app(open_runs(["runs/base", "runs/tuned"]))   # any ASGI server runs it
+
+The API (every answer is JSON; a mistake in a request is a 400 with {"error": ...}):
+- GET /api/runs: the runs, with their headline figures;
+- GET /api/runs/{id}/episodes?outcome=&infra=yes|no&reward_min=&reward_max=&q=&meta=K:V
+  &step=&limit=: the per-episode table, filtered (`meta`: a slice of the task meta; `step`: a
+  training run's sample episodes of that step);
+- GET /api/runs/{id}/episodes/{index}?step=: one episode's whole trajectory;
+- GET /api/runs/{id}/curves: a training run's curves;
+- GET /api/compare?a=ID&b=ID: two eval runs side by side, with `eval compare`'s statistics.
+
+Only the run directories given at start are read, never a path from a request.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from pathlib import Path
+from typing import Any
+
+from skyhub.errors import SkyhubError, UsageError
+from skyhub.eval.view import data
+from skyhub.eval.view.data import Run
+
+STATIC = Path(__file__).parent / "static"
+#: Rows of the episode table sent at most (the figures cover every matching episode): a
+#: browser draws a few thousand rows at once without trouble; narrow the filter for more.
+ROW_LIMIT = 2000
+
+
+def create_app(runs: list[Run]) -> Any:
+    """The FastAPI app serving `runs` (from `data.open_runs`)."""
+    from fastapi import FastAPI, HTTPException, Query, Request
+    from fastapi.responses import FileResponse, JSONResponse
+    from fastapi.staticfiles import StaticFiles
+
+    app = FastAPI(title="skyhub view", docs_url=None, redoc_url=None, openapi_url=None)
+    by_id = {r.id: r for r in runs}
+
+    def get(run_id: str) -> Run:
+        if run_id not in by_id:
+            raise HTTPException(404, f"no run {run_id!r}; runs: {', '.join(by_id)}")
+        return by_id[run_id]
+
+    @app.exception_handler(SkyhubError)
+    async def _skyhub_error(request: Request, exc: SkyhubError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    @app.get("/")
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/runs")
+    def list_runs() -> list[dict[str, Any]]:
+        return [data.run_info(r) for r in runs]
+
+    @app.get("/api/runs/{run_id}/episodes")
+    def episodes(run_id: str, outcome: str | None = None, infra: str | None = None,
+                 reward_min: float | None = None, reward_max: float | None = None,
+                 q: str | None = None, step: int | None = None, meta: str | None = None,
+                 limit: int = Query(ROW_LIMIT, ge=1)) -> dict[str, Any]:
+        if infra not in (None, "", "yes", "no"):
+            raise HTTPException(400, f"infra must be yes or no, not {infra!r}")
+        key, sep, value = (meta or "").partition(":")
+        if meta and not sep:
+            raise HTTPException(400, f"meta must be KEY:VALUE (a slice, e.g. db_id:concert_"
+                                f"singer), not {meta!r}")
+        records = get(run_id).records(step)
+        return data.episode_table(records, outcome=outcome or None,
+                                  infra=None if not infra else infra == "yes",
+                                  reward_min=reward_min, reward_max=reward_max, q=q,
+                                  meta=(key, value) if meta else None, limit=limit)
+
+    @app.get("/api/runs/{run_id}/episodes/{index}")
+    def episode(run_id: str, index: int, step: int | None = None) -> dict[str, Any]:
+        return data.trajectory(data.find_record(get(run_id).records(step), index))
+
+    @app.get("/api/runs/{run_id}/curves")
+    def run_curves(run_id: str) -> dict[str, Any]:
+        run = get(run_id)
+        if run.kind != "train":
+            raise HTTPException(400, f"{run.label} is an eval run: curves are for training "
+                                "runs")
+        return {**data.curves(run.metrics()), "episode_steps": run.steps()}
+
+    @app.get("/api/compare")
+    def compare(a: str = Query(...), b: str = Query(...)) -> dict[str, Any]:
+        if a == b:
+            raise HTTPException(400, "pick two different runs to compare")
+        return data.comparison(get(a), get(b))
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: a free one), or a UsageError that says what to
+    change (a port in use is the usual case)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        hint = ("another program listens there: pass --port N (or --port 0 for any free port)"
+                if e.errno == errno.EADDRINUSE else "check --host and --port")
+        raise UsageError(f"cannot listen on {host}:{port} ({e.strerror}): {hint}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(runs: list[Run], sock: socket.socket, log_level: str = "warning") -> None:
+    """Serve `runs` on `sock` (from `bind`) until Ctrl-C."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(create_app(runs), log_level=log_level))
+    server.run(sockets=[sock])
+
+
+__all__ = ["ROW_LIMIT", "STATIC", "bind", "create_app", "serve"]
