@@ -45,12 +45,6 @@ def lookup_policy(*, wrong_when_odd: bool = False):
     return reply
 
 
-def test_importing_the_adapter_imports_no_verifiers():
-    code = ("import sys, skyhub, skyhub.adapters, skyhub.adapters.verifiers\n"
-            "print([m for m in ('verifiers', 'datasets', 'openai') if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
-    assert out.strip() == "[]"
 
 
 try:  # CI installs it (scripts/setup.sh) and sets SKYHUB_REQUIRE_ADAPTERS=1: never a skip

@@ -79,8 +79,8 @@ def test_eval_command_on_a_served_env(served: str, tmp_path: Path) -> None:
 
     from skyhub.cli.main import app
 
-    r = CliRunner().invoke(app, ["eval", "toy-arith", f"remote={served}", "-a", "oracle", "--n", "6",
-                                 "--out", str(tmp_path / "run"), "--no-report"])
+    r = CliRunner().invoke(app, ["eval", "toy-arith", f"remote={served}", "-a", "oracle",
+                                 "--n", "6", "--out", str(tmp_path / "run"), "--no-report"])
     assert r.exit_code == 0, r.output
     records = evaluate.load_records(tmp_path / "run")
     assert len(records) == 6 and all(x["outcome"] == "success" for x in records)
