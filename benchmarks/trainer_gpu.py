@@ -282,6 +282,10 @@ def run(args: Any) -> None:
                  result(f"{name}: dry-run estimate / measured peak", r["estimate"] / 2**30,
                         "measured peak (GiB)", r["ours_peak"] / 2**30, "within 25%",
                         ratio=ratio, met=0.75 <= ratio <= 1.25, unit="GiB")]
+    if device.type == "cuda":  # the HF engine samples on the device (issue 21, item 4)
+        from benchmarks.rollout import device_sampling
+
+        rows += device_sampling("cuda")
     if not args.tiny:
         write("trainer_gpu", rows)
 

@@ -168,6 +168,16 @@ class BadReward(Exception):
     tests/test.sh write a number to /logs/verifier/reward.txt (or reward.json)."""
 
 
+# --------------------------------------------------------------------- training
+class WeightSyncError(InfraError):
+    """A rollout engine's weights are not the learner's after a sync: its logprobs of a fixed
+    probe sequence differ from the learner's (`skyhub.trainer.weight_sync.check_sync`).
+
+    Raised right after `update_weights`, so no sample comes from stale weights. Fix: check
+    that the engine's weight names match the model's state_dict and that the transport
+    (`weight_sync=` of the vLLM engine) reaches its workers."""
+
+
 # --------------------------------------------------------------------- Tinker-compatible server
 class Unsupported(ValueError):
     """A Tinker request this server cannot carry out; the message says what and how to fix it.
@@ -206,6 +216,7 @@ __all__ = [
     "Unsupported",
     "UnverifiedDownload",
     "UsageError",
+    "WeightSyncError",
     "WorkerDied",
     "WorkerLost",
 ]

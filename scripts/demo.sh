@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/skyhub train --recipe tiny-cpu --out runs/tiny-cpu "$@"
+.venv/bin/skyhub train --recipe tiny-cpu --out runs/tiny-cpu --overwrite "$@"  # a rerun starts afresh
 rm -rf runs/tiny-cpu/eval
 exec .venv/bin/skyhub eval toy-recall n_tasks=100 seed=99 n_words=6 --agent hf:runs/tiny-cpu \
   --max-tokens 1 --out runs/tiny-cpu/eval

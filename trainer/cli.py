@@ -19,7 +19,13 @@ from skyhub.errors import UsageError
 def train_cmd(
     overrides: Annotated[list[str] | None, typer.Argument(
         help="Config overrides as dotted key=value, e.g. optim.lr=2e-6 rollout.max_turns=4 "
-             "(values are YAML: 3, 0.5, true, null, \\[a, b]).", show_default=False)] = None,
+             "env.kwargs.n_words=3 (values are YAML: 3, 0.5, true, null, \\[a, b]); with "
+             "--env, an undotted key=value is a kwarg of that env.", show_default=False)] = None,
+    env: Annotated[str | None, typer.Option(
+        "--env", help="Train on this env instead of the recipe's (its env kwargs are "
+                      "cleared; key=value arguments without a dot are the new env's), and "
+                      "evaluate on it unless env.eval_id= is given.", show_default=False)
+    ] = None,
     recipe: Annotated[str, typer.Option(
         help="A bundled recipe (tiny-cpu, sql-grpo-653) or the path of a YAML file.")
     ] = "tiny-cpu",
@@ -30,11 +36,15 @@ def train_cmd(
         "--print-config", help="Print the resolved config as YAML and exit.")] = False,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue from the newest checkpoint under --out.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="--out holds another run: delete what it wrote and start "
+                            "again.")] = False,
     list_recipes: Annotated[bool, typer.Option(
         "--list-recipes", help="List the bundled recipes and exit.")] = False,
     dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Print where the learner ranks and the rollout engine go and each "
-                          "device's memory, estimated from the model's config (nothing "
+        "--dry-run", help="Print where the learner ranks and the rollout engines go (which "
+                          "GPUs, engines x tensor parallel, colocated or split, sleep) and "
+                          "each device's memory, estimated from the model's config (nothing "
                           "loads); exit 2 if it does not fit.")] = False,
     devices: Annotated[str | None, typer.Option(
         help="With --dry-run: the devices of one node, COUNTxMEMORY (e.g. 8x80GB) or cpu "
@@ -53,6 +63,8 @@ def train_cmd(
       skyhub train --recipe tiny-cpu dist.learner_ranks=2   # a sharded learner on 2 ranks
 
       skyhub train --recipe tiny-cpu loop.mode=async optim.lr=1e-3 --out runs/try2
+
+      skyhub train --env toy-lookup max_turns=3 --out runs/lookup   # another env, same recipe
     """
     try:
         from skyhub.trainer.config import load_config, recipes, to_yaml
@@ -65,11 +77,19 @@ def train_cmd(
             console.print(name)
         return
     items = list(overrides or [])
+    env_kwargs: dict | None = None
+    if env is not None:  # undotted key=value: the env's kwargs
+        from skyhub.cli.kwargs import parse_kwargs
+
+        env_kwargs = parse_kwargs([i for i in items if "." not in i.partition("=")[0]])
+        items = [i for i in items if "." in i.partition("=")[0]]
     if out is not None:
         items.append(f"loop.out={out}")
     if resume:
         items.append("loop.resume=true")
-    cfg = load_config(recipe, items)
+    if overwrite:
+        items.append("loop.overwrite=true")
+    cfg = load_config(recipe, items, env_id=env, env_kwargs=env_kwargs)
     if print_config:
         typer.echo(to_yaml(cfg), nl=False)
         return
@@ -105,5 +125,7 @@ def train_cmd(
                   "-" if s.eval_reward is None else f"{s.eval_reward:.3f}",
                   f"{s.seconds / 60:.1f}")
     console.print(table)
+    if s.eval_env:
+        console.print(f"evaluated on {s.eval_env}", soft_wrap=True)
     console.print(f"metrics: {s.out / 'metrics.jsonl'}  curves: {s.out / 'curves.png'}  "
                   f"checkpoints: {s.out / 'checkpoints'}")

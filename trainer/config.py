@@ -123,6 +123,10 @@ class LoopConfig:
     torch_threads: int | None = None  # CPU threads for torch ops (None: torch's default)
     out: str = "runs/default"
     resume: bool = False  # continue from the newest checkpoint in `out`
+    overwrite: bool = False  # `out` holds another run: delete what it wrote, then start
+    # Write each step's training episodes to `out/episodes/step-N.jsonl`, in `skyhub eval`'s
+    # episodes.jsonl schema (`skyhub view` shows them, `skyhub replay` plays them again).
+    save_episodes: bool = False
     tensorboard: bool = True  # when the tensorboard package is installed
     wandb_project: str | None = None  # log to Weights & Biases too (needs `wandb`)
 

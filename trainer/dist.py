@@ -151,11 +151,30 @@ class ShardedLearner:
     def load(self, path: Any) -> None:
         self._everywhere("load", path)
 
+    def empty_cache(self) -> None:
+        """Every rank hands its allocator's cached blocks back to the GPU (colocated engines
+        wake into that memory)."""
+        send((_EMPTY_CACHE, ()))
+        empty_cache()
+
+
+_EMPTY_CACHE = "skyhub-empty-cache"
+
+
+def empty_cache() -> None:
+    """Return the memory PyTorch's caching allocator holds but no tensor uses to the GPU, so
+    another process (a vLLM engine waking up on this GPU) can have it; nothing on a CPU."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
 
 def serve(learner: Any) -> None:
     """Ranks other than 0: run rank 0's calls on this rank's shard until it says stop."""
     while not is_stop(msg := receive()):
         method, args = msg
+        if method == _EMPTY_CACHE:
+            empty_cache()
+            continue
         getattr(learner, method)(*args)
 
 
@@ -246,6 +265,6 @@ def launch(entrypoint: Any, args: tuple[Any, ...], *, ranks: int, nnodes: int = 
     return results.get(0)
 
 
-__all__ = ["ShardedLearner", "active", "all_gather", "all_max", "device", "init", "launch",
-           "outside_the_group", "rank_main", "receive", "send", "serve", "serve_learner",
-           "split", "stop_workers", "world_and_rank"]
+__all__ = ["ShardedLearner", "active", "all_gather", "all_max", "device", "empty_cache", "init",
+           "launch", "outside_the_group", "rank_main", "receive", "send", "serve",
+           "serve_learner", "split", "stop_workers", "world_and_rank"]

@@ -3,6 +3,11 @@
 generation running ahead of the learner (asynchronous, in-flight weight updates, at most
 `loop.max_staleness` policy versions behind).
 
+vLLM engines are placed on the node's GPUs as `skyhub.trainer.placement` plans them
+(`dist.rollout_engines` x `dist.rollout_tp`, colocated or split). Colocated in a synchronous
+loop, a step is: generate, engines sleep, learner step, engines wake up, weight sync (SkyRL's
+colocate_all order), and every sync is checked with `weight_sync.check_sync`.
+
     from skyhub.trainer.config import load_config
     from skyhub.trainer.loop import train
     summary = train(load_config("tiny-cpu", ["loop.out=runs/mine"]))
@@ -18,6 +23,7 @@ import json
 import math
 import queue
 import random
+import shutil
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -36,6 +42,7 @@ class RunSummary:
     eval_reward: float | None
     seconds: float
     metrics: list[dict[str, Any]]
+    eval_env: str = ""  # the env (and kwargs) the evaluations ran on
 
 
 class TaskSampler:
@@ -137,36 +144,30 @@ def enable_checkpointing(model: Any) -> None:
     (enable or model.gradient_checkpointing_enable)()
 
 
-def _env_facts(env_id: str, kwargs: dict[str, Any]) -> tuple[list[str], tuple[str, ...]]:
-    """The env's task ids and stop strings, from one instance."""
+def _env_facts(env_id: str, kwargs: dict[str, Any], section: str = "env.kwargs"
+               ) -> tuple[list[str], tuple[str, ...]]:
+    """The env's task ids and stop strings, from one instance. A data error says how a
+    training run passes the env's kwargs (`env.kwargs.data_dir=...`, not `data_dir=...`)."""
     import skyhub
+    from skyhub.errors import DataNotFound
 
-    with skyhub.make(env_id, **kwargs) as env:
-        return [t.id for t in env.unwrapped.tasks], tuple(env.unwrapped.stop_strings)
+    try:
+        with skyhub.make(env_id, **kwargs) as env:
+            return [t.id for t in env.unwrapped.tasks], tuple(env.unwrapped.stop_strings)
+    except DataNotFound as e:
+        raise DataNotFound(f"{e} [skyhub train: the env's kwargs are {section}.NAME=VALUE "
+                           f"overrides, e.g. {section}.data_dir=PATH]") from None
 
 
 def eval_task_ids(tasks: Any, n: int | None, seed: int) -> list[str]:
     """The tasks an evaluation plays: all of them (`n` None or >= their number), else `n`
-    drawn with `seed` and spread over the tasks' databases (`meta["db_id"]`): a seeded
-    shuffle within each database, then one from each database in turn (in a seeded order)
-    until `n`, so every database is in the sample once `n` reaches their number; not the
-    first `n`, which are a dataset's first databases. Returned in the task set's order."""
+    drawn with `seed` and spread over the tasks' databases (`skyhub.task.spread_sample`, the
+    sample `skyhub eval --n` takes too), in the task set's order."""
+    from skyhub.task import spread_sample
+
     if n is None or n >= len(tasks):
         return [t.id for t in tasks]
-    rng = random.Random(seed * 7919 + 17)
-    groups: dict[Any, list[int]] = {}
-    for i, t in enumerate(tasks):
-        groups.setdefault((t.meta or {}).get("db_id"), []).append(i)
-    queues = list(groups.values())
-    for q in queues:
-        rng.shuffle(q)
-    rng.shuffle(queues)
-    picked: list[int] = []
-    while len(picked) < n:
-        for q in queues:
-            if q and len(picked) < n:
-                picked.append(q.pop())
-    return [tasks[i].id for i in sorted(picked)]
+    return [tasks[i].id for i in sorted(spread_sample(tasks, n, seed, "db_id"))]
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -201,13 +202,19 @@ def train(cfg: TrainConfig, *, live: bool | None = None) -> RunSummary:
     summary (None on a machine without rank 0)."""
     from skyhub.trainer import dist as D
 
+    if not D.active() and cfg.dist.node_rank == 0:
+        claim_out(Path(cfg.loop.out), resume=cfg.loop.resume, overwrite=cfg.loop.overwrite)
     if cfg.dist.learner_ranks == 1 or D.active():
         return _train_here(cfg, live)
     d = cfg.dist
     _check_gpus(d.learner_ranks // d.nnodes)
     if d.nnodes == 1:  # what the user can fix fails here, before any rank starts
+        from skyhub.trainer.placement import check_rollout_settings, run_plan
+
         _env_facts(cfg.env.id, cfg.env.kwargs)
+        check_rollout_settings(cfg)
         if cfg.rollout.engine == "vllm":
+            run_plan(cfg)
             _check_vllm()
     result = D.launch(D.rank_main, (cfg, live), ranks=d.learner_ranks, nnodes=d.nnodes,
                       node_rank=d.node_rank, master_addr=d.master_addr,
@@ -215,6 +222,29 @@ def train(cfg: TrainConfig, *, live: bool | None = None) -> RunSummary:
     if isinstance(result, BaseException):  # a UsageError on rank 0, raised here
         raise result
     return result
+
+
+#: What a training run writes into its `loop.out` (what --overwrite removes; nothing else).
+RUN_FILES = ("checkpoints", "metrics.jsonl", "curves.png", "tensorboard", "episodes",
+             "config.yaml", "tokenizer")
+
+
+def claim_out(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """A new run may not write into a directory that holds one (its checkpoints and metrics
+    would be mixed with the new run's): `--resume` continues it, `--overwrite` removes what
+    a run wrote there first."""
+    from skyhub.errors import UsageError
+
+    held = [name for name in RUN_FILES if (out / name).exists()]
+    if not held or resume:
+        return
+    if not overwrite:
+        raise UsageError(f"{out} already holds a training run ({', '.join(held)}): pass "
+                         "--resume to continue it, --overwrite to start it again (what it "
+                         "wrote is deleted), or --out another directory")
+    for name in held:
+        path = out / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def _check_gpus(per_node: int) -> None:
@@ -263,7 +293,13 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
                          "--resume first, or point --out at the run to continue")
     # What can fail for a reason the user can fix fails first, before any model loads.
     task_ids, env_stop = _env_facts(cfg.env.id, cfg.env.kwargs)
+    if cfg.env.eval_id and cfg.loop.eval_every > 0 and cfg.loop.eval_tasks != 0:
+        _env_facts(cfg.env.eval_id, cfg.env.eval_kwargs, "env.eval_kwargs")  # its data too
     r = cfg.rollout
+    from skyhub.trainer.placement import check_rollout_settings, run_plan
+
+    check_rollout_settings(cfg)
+    plan = run_plan(cfg) if r.engine == "vllm" else None  # a misfit is refused here
     if r.engine == "vllm":
         _check_vllm()
     # Sharded, `model` is rank 0's whole copy of the weights, for the rollout engine and
@@ -287,7 +323,7 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
         learner = Learner(model, cfg.algo, cfg.optim, **learner_kwargs)
     try:
         return _run(cfg, live, t_start, learner, model, tokenizer, chat, rollout_cfg, task_ids,
-                    checkpoint)
+                    checkpoint, plan)
     finally:
         if sharded:
             D.stop_workers()
@@ -295,10 +331,11 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
 
 def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, model: Any,
          tokenizer: Any, chat: Any, rollout_cfg: Any, task_ids: list[str],
-         checkpoint: Path | None) -> RunSummary:
+         checkpoint: Path | None, plan: Any = None) -> RunSummary:
     import skyhub
     from skyhub.trainer import dist as D
     from skyhub.trainer.engines import make_engine
+    from skyhub.trainer.placement import build_engines
     from skyhub.trainer.rollout import Rollout
     from skyhub.trainer.run_log import RunLog
 
@@ -318,14 +355,23 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
     if r.engine == "vllm":
         engine_kwargs.setdefault("max_model_len", r.max_input_tokens + r.max_tokens_per_turn)
     with D.outside_the_group() if sharded else contextlib.nullcontext():
-        engine = make_engine(r.engine, model, tokenizer, copy_weights=asynchronous,
-                             seed=cfg.loop.seed, **engine_kwargs)
-    engine.update_weights(model.state_dict(), first_step)
+        if plan is None:  # the hf engine, in this process
+            engine = make_engine(r.engine, model, tokenizer, copy_weights=asynchronous,
+                                 seed=cfg.loop.seed, **engine_kwargs)
+        else:  # the plan's engines (one, or an EnginePool), the recipe's kwargs over its own
+            engine = build_engines(plan, model, tokenizer, copy_weights=asynchronous,
+                                   seed=cfg.loop.seed, **engine_kwargs)
+    sleeping = plan is not None and plan.sleep
+    sync_weights(engine, model, first_step)
     total = cfg.loop.max_steps or math.ceil(cfg.loop.total_epochs * len(task_ids)
                                             / cfg.optim.train_batch_size)
     (out / "config.yaml").write_text(to_yaml(cfg))
-    venv = skyhub.make_vec(cfg.env.id, cfg.env.num_envs, autoreset_mode="disabled",
-                           **cfg.env.kwargs)
+    # as many envs as episodes in flight (rollout.max_in_flight; all of a step's by default),
+    # so the rollout leases each episode its own
+    per_step = cfg.optim.train_batch_size * r.samples_per_prompt
+    venv = skyhub.make_vec(cfg.env.id, max(cfg.env.num_envs, min(per_step, r.max_in_flight
+                                                                 or per_step)),
+                           autoreset_mode="disabled", **cfg.env.kwargs)
     evaluator = _Evaluator(cfg, chat, make_engine(r.engine, model, tokenizer, seed=0)
                            if asynchronous and r.engine == "hf" else engine, rollout_cfg)
     rollout = Rollout(venv, engine, chat, rollout_cfg)
@@ -338,16 +384,24 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
         with log:
             for step, episodes, sampler_state, rollout_stats in batches:
                 t = time.perf_counter()
+                if sleeping:  # colocated: the learner gets the GPUs' memory for its step
+                    engine.sleep(level=1)
                 metrics = learner.train_step(episodes, r.samples_per_prompt)
                 if sharded:  # rank 0's whole copy, for the engine and evaluation
                     model.load_state_dict(learner.full_state_dict())
                 train_s = time.perf_counter() - t
-                engine.update_weights(model.state_dict(), step + 1)
+                if sleeping:  # what the step's working set freed goes back to the engines
+                    (learner.empty_cache if sharded else D.empty_cache)()
+                    engine.wake_up()
+                sync_weights(engine, model, step + 1)
                 row = {"step": step + 1, "world_size": learner.world,
                        **episode_metrics(episodes, step), **metrics, **rollout_stats,
                        "train_s": train_s}
+                if cfg.loop.save_episodes:
+                    save_episodes(out, step + 1, episodes, cfg)
                 if evaluator.due(step + 1, total):
                     row.update(evaluator.run())
+                    log.log_episodes("eval/episodes", step + 1, evaluator.records())
                 row["step_s"] = time.perf_counter() - row.pop("_t0", t)
                 row["elapsed_s"] = time.perf_counter() - t_start
                 log.log(row)
@@ -356,6 +410,7 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
             log.plot()
     finally:
         batches.close()
+        rollout.close()
         venv.close()
         evaluator.close()
         engine.close()
@@ -366,7 +421,19 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
                       else float("nan"),
                       reward_last=sum(x["reward_mean"] for x in tail) / len(tail),
                       eval_reward=evals[-1] if evals else None,
-                      seconds=time.perf_counter() - t_start, metrics=rows)
+                      seconds=time.perf_counter() - t_start, metrics=rows,
+                      eval_env=evaluator.describe())
+
+
+def sync_weights(engine: Any, model: Any, version: int) -> None:
+    """Give every engine `model`'s weights as `version`, then check each engine's sync: its
+    logprobs of a probe sequence must be the learner's (`weight_sync.check_sync` raises for a
+    sync that did not land)."""
+    from skyhub.trainer.weight_sync import check_sync
+
+    engine.update_weights(model.state_dict(), version)
+    for e in getattr(engine, "engines", None) or [engine]:
+        check_sync(e, model)
 
 
 def _sync_batches(cfg: TrainConfig, rollout: Any, sampler: TaskSampler, engine: Any,
@@ -427,6 +494,20 @@ def _async_batches(cfg: TrainConfig, rollout: Any, sampler: TaskSampler, engine:
         producer.join()
 
 
+def save_episodes(out: Path, step: int, episodes: list[Any], cfg: TrainConfig) -> Path:
+    """`out/episodes/step-N.jsonl`: the step's training episodes as eval records (agent
+    `policy@N`: the policy before step N's update)."""
+    from skyhub.eval.rundir import dumps
+
+    path = out / "episodes" / f"step-{step:06d}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(dumps(e.to_record(k, env_id=cfg.env.id, env_kwargs=cfg.env.kwargs,
+                                              agent=f"policy@{step}"),
+                                  default=str, ensure_ascii=False) + "\n"
+                            for k, e in enumerate(episodes)), encoding="utf-8")
+    return path
+
+
 def _save(out: Path, learner: Any, step: int, sampler_state: dict[str, int],
           cfg: TrainConfig) -> Path:
     path = out / "checkpoints" / f"step_{step:06d}"
@@ -449,6 +530,11 @@ class _Evaluator:
         self.chat = chat
         self._rollout: Any = None
         self._tasks: list[str] = []
+        self._episodes: list[Any] = []
+
+    def describe(self) -> str:
+        """`toy-recall n_words=6`: what the evaluations ran on, for the summary and logs."""
+        return " ".join([self.env_id, *(f"{k}={v}" for k, v in self.kwargs.items())])
 
     def due(self, step: int, total: int) -> bool:
         every, n = self.cfg.loop.eval_every, self.cfg.loop.eval_tasks
@@ -460,13 +546,16 @@ class _Evaluator:
 
         if self._rollout is None:
             self._tasks = self.task_ids()
-            venv = skyhub.make_vec(self.env_id, min(self.cfg.env.num_envs, len(self._tasks)),
+            n = len(self._tasks)  # one env per eval episode, up to rollout.max_in_flight
+            venv = skyhub.make_vec(self.env_id, max(1, min(n, self.rollout_cfg.max_in_flight
+                                                           or n)),
                                    autoreset_mode="disabled", **self.kwargs)
             self._rollout = Rollout(venv, self.engine, self.chat, self.rollout_cfg)
-        episodes = self._rollout.run(self._tasks, 1)
+        episodes = self._episodes = self._rollout.run(self._tasks, 1)
         m = episode_metrics(episodes, 0)
         return {"eval_reward_mean": m["reward_mean"], "eval_success_rate": m["success_rate"],
-                "eval_infra_errors": m["infra_errors"]}
+                "eval_infra_errors": m["infra_errors"], "eval_turns_mean": m["turns_mean"],
+                "eval_env": self.env_id}
 
     def task_ids(self) -> list[str]:
         """The eval env's tasks that every evaluation plays (`loop.eval_tasks`)."""
@@ -476,6 +565,12 @@ class _Evaluator:
             return eval_task_ids(env.unwrapped.tasks, self.cfg.loop.eval_tasks,
                                  self.cfg.loop.seed)
 
+    def records(self, limit: int = 3) -> list[dict[str, Any]]:
+        """The last evaluation's first episodes as eval records (TensorBoard's text tab)."""
+        return [e.to_record(k, env_id=self.env_id, env_kwargs=self.kwargs, agent="policy")
+                for k, e in enumerate(self._episodes[:limit])]
+
     def close(self) -> None:
         if self._rollout is not None:
+            self._rollout.close()
             self._rollout.venv.close()

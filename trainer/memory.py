@@ -15,9 +15,13 @@ Per learner rank, with N ranks (FSDP2) and P parameters:
   else every layer's internals); the LM head's chunk of logits (`policy.py`: never the
   whole sequence's); the dense block mask a packed row gives SDPA (width x width per row).
 The coefficients are counted from what autograd saves in a Qwen2-style decoder layer and
-checked against peaks measured on CPU (tests/trainer/test_dry_run.py). The rollout engine:
-vLLM takes `gpu_memory_utilization` of its GPU(s) (its default 0.9) and needs at least its
-bf16 weights and the KV cache of one longest episode in it.
+checked against peaks measured on CPU (tests/trainer/test_dry_run.py). The rollout engines
+go where `skyhub.trainer.placement` puts them (engines x tensor parallel, colocated or
+split): each takes `gpu_memory_utilization` of its GPUs and needs at least its bf16 weights
+(over its TP group) and the KV cache of one longest episode in it. A GPU that holds a learner
+rank and an engine is counted in both phases of a step: generating (the rank holds what it
+keeps between steps, the engine its share) and training (the rank at its peak; a sleeping
+engine holds only its process's context).
 
 Over ~400 lines, for a reason: one estimate (what `--dry-run` prints): placement and each
 device's memory come from the same model-shape arithmetic.
@@ -247,6 +251,24 @@ def _ram() -> float:
 # ------------------------------------------------------------------------------ the plan
 CUDA_CONTEXT = 1.5 * GiB  # CUDA context, NCCL buffers, allocator slack, per GPU process
 
+#: The parts of `learner_estimate` kept across steps (what a rank holds while engines
+#: generate); the rest is the working set of a micro-batch, freed after the step.
+RESIDENT = ("weights (float32)", "gradients (float32)", "AdamW moments (float32)",
+            "KL reference (float32)", "critic and its AdamW")
+
+
+@dataclass
+class Row:
+    """The peak of some devices in one phase of a step: named parts, in bytes."""
+
+    gpus: str  # "GPUs 0-7", "GPU 0", "host RAM"
+    phase: str  # "generating", "training", "" (one phase)
+    parts: list[tuple[str, float]]
+
+    @property
+    def total(self) -> float:
+        return sum(v for _, v in self.parts)
+
 
 @dataclass
 class Plan:
@@ -257,25 +279,28 @@ class Plan:
     shape: ModelShape
     shape_source: str
     learner: Estimate
-    rollout: float  # bytes on the rollout engine's device(s) (device 0 ...)
+    rollout: float  # bytes on each rollout device: the engine's share of its GPU(s)
     rollout_min: float
     rollout_note: str
     placement: list[str]
     problems: list[str]
+    rows: list[Row] = field(default_factory=list)
+    rollout_plan: Any = None  # skyhub.trainer.placement.RolloutPlan
 
     @property
     def fits(self) -> bool:
         return not self.problems
 
+    @property
+    def resident(self) -> float:
+        """One learner rank's bytes between steps."""
+        return sum(v for k, v in self.learner.parts.items() if k in RESIDENT)
+
     def device_totals(self) -> dict[str, float]:
-        """Peak bytes on device 0 (learner rank 0 and the rollout engine) and on the others."""
-        if self.devices.kind == "cpu":
-            ranks = self.cfg.dist.learner_ranks // self.cfg.dist.nnodes
-            return {"host RAM": self.learner.total * ranks + self.rollout}
-        ctx = CUDA_CONTEXT
-        out = {"GPU 0": self.learner.total + self.rollout + ctx}
-        if self.cfg.dist.learner_ranks // self.cfg.dist.nnodes > 1:
-            out["every other GPU"] = self.learner.total + ctx
+        """Each group of devices' peak over the phases of a step, in bytes."""
+        out: dict[str, float] = {}
+        for row in self.rows:
+            out[row.gpus] = max(out.get(row.gpus, 0.0), row.total)
         return out
 
     def report(self) -> str:
@@ -283,7 +308,7 @@ class Plan:
         size = f"{s.params / 1e9:.2f}B" if s.params >= 1e8 else f"{s.params / 1e6:.2f}M"
         lines = [f"dry run: recipe {cfg.recipe or '(none)'}, model {cfg.model.name_or_path}",
                  f"  {size} parameters, shape from {self.shape_source}",
-                 f"devices: {d.describe()}" + (f", {cfg.dist.nnodes} nodes"
+                 f"devices: {d.describe()}" + (f" per node, {cfg.dist.nnodes} nodes"
                                                if cfg.dist.nnodes > 1 else ""),
                  "placement:", *(f"  {line}" for line in self.placement),
                  "memory per learner rank (GiB, estimated from the model's config):"]
@@ -291,15 +316,26 @@ class Plan:
         for k, v in self.learner.parts.items():
             lines.append(f"  {k:<{width}}  {v / GiB:8.2f}")
         lines.append(f"  {'learner rank total':<{width}}  {self.learner.total / GiB:8.2f}")
-        lines.append(f"rollout engine: {self.rollout / GiB:.2f} GiB ({self.rollout_note})")
-        lines.append("per device" + (f" (each GPU also {CUDA_CONTEXT / GiB:.1f} GiB for the "
-                                     "CUDA context and NCCL)" if d.kind == "gpu" else "")
-                     + ":")
-        for name, total in self.device_totals().items():
-            lines.append(f"  {name}: {total / GiB:.1f} of {d.memory / GiB:.0f} GiB "
-                         f"({'fits' if total <= d.memory else 'DOES NOT FIT'})")
+        if self.rollout_plan is not None and self.rollout_plan.sleep:
+            lines.append(f"  {'kept between steps':<{width}}  {self.resident / GiB:8.2f}")
+        note = self.rollout_note if ")" in self.rollout_note else f"{self.rollout_note})"
+        per = " per GPU" if self.rollout_plan is not None and d.kind == "gpu" else ""
+        lines.append(f"{self.rollout_label()}: {self.rollout / GiB:.2f} GiB{per} ({note}")
+        lines.append("per device, GiB" + (f" (each process on a GPU also "
+                                          f"{CUDA_CONTEXT / GiB:.1f} for the CUDA context and "
+                                          "NCCL)" if d.kind == "gpu" else "") + ":")
+        for row in self.rows:
+            sums = " + ".join(f"{k} {v / GiB:.1f}" for k, v in row.parts)
+            head = f"{row.gpus} {row.phase}" if row.phase else row.gpus
+            lines.append(f"  {head}: {sums} = {row.total / GiB:.1f} of {d.memory / GiB:.0f} "
+                         f"({'fits' if row.total <= d.memory else 'DOES NOT FIT'})")
         lines.append("fits: yes" if self.fits else "fits: NO")
         return "\n".join(lines)
+
+    def rollout_label(self) -> str:
+        if self.rollout_plan is None:
+            return "rollout engine"
+        return "rollout engines" if len(self.rollout_plan.engines) > 1 else "rollout engine"
 
     def check(self) -> None:
         """Raise a UsageError that says what to change when the config does not fit."""
@@ -308,11 +344,21 @@ class Plan:
                              + "\n".join(f"  - {p}" for p in self.problems))
 
 
+def _gpu_list(gpus: list[int]) -> str:
+    if len(gpus) == 1:
+        return f"GPU {gpus[0]}"
+    if gpus == list(range(gpus[0], gpus[-1] + 1)):
+        return f"GPUs {gpus[0]}-{gpus[-1]}"
+    return "GPUs " + ",".join(map(str, gpus))
+
+
 def placement(cfg: Any, devices: Devices) -> Plan:
-    """Where `cfg`'s learner ranks and rollout engine go on `devices` (one node's), and how
-    much memory each device needs at its peak."""
+    """Where `cfg`'s learner ranks and rollout engines go on `devices` (one node's; every
+    node is alike), and how much memory each device needs at its peak."""
+    from skyhub.trainer.placement import check_rollout_settings, rollout_plan
     from skyhub.trainer.policy import default_chunk
 
+    check_rollout_settings(cfg)
     shape, source = model_shape(cfg)
     d, r, o = cfg.dist, cfg.rollout, cfg.optim
     per_node = d.learner_ranks // d.nnodes
@@ -341,54 +387,126 @@ def placement(cfg: Any, devices: Devices) -> Plan:
              + (", activation checkpointing per layer" if cfg.model.gradient_checkpointing
                 else ""),
              f"{pad}micro-batches of {tokens} tokens (rows up to {width})"]
-    ekw = r.engine_kwargs
-    if r.engine == "vllm":
-        tp = int(ekw.get("tensor_parallel_size", 1))
-        util = float(ekw.get("gpu_memory_utilization", 0.9))
-        max_len = int(ekw.get("max_model_len", longest))
-        need = vllm_min_bytes(shape, max_len, tp)
-        rollout = util * devices.memory if gpu else need
-        gpus = "GPU 0" if tp == 1 else f"GPUs 0-{tp - 1}"
-        lines.append(f"rollout: one vLLM engine (tensor parallel {tp}) on {gpus}, beside "
-                     "learner rank 0")
-        if gpu:
-            lines.append(f"{pad}gpu_memory_utilization {util}")
-        note = (f"gpu_memory_utilization {util} of the GPU; it needs at least "
-                f"{need / GiB:.1f} GiB:\n  bf16 weights and the KV cache of one "
-                f"{max_len}-token episode")
-        if gpu and rollout < need:
-            problems.append(f"vLLM gets {rollout / GiB:.1f} GiB (gpu_memory_utilization {util}) "
-                            f"but needs at least {need / GiB:.1f} GiB: raise "
-                            "rollout.engine_kwargs.gpu_memory_utilization or "
-                            "tensor_parallel_size")
+    plan = Plan(cfg, devices, shape, source, learner, 0.0, 0.0, "", lines, problems)
+    if r.engine == "vllm" and not (gpu and per_node > devices.count):
+        _vllm(plan, rollout_plan, longest)
     else:
-        kv = 2 * shape.layers * shape.kv_heads * shape.hd * 4 * longest * min(
-            256, cfg.env.num_envs * max(1, r.samples_per_prompt))
-        copies = (d.learner_ranks > 1) + (cfg.loop.mode == "async")
-        need = rollout = 4 * shape.params * copies + kv
-        lines.append(f"rollout: the hf engine on rank 0's {where}"
-                     + (", with a whole float32 copy of the weights" if copies else
-                        ", sharing the learner's weights"))
-        note = "float32 weight copies, the KV cache of one generation batch"
+        _hf(plan, where)
     lines.append(f"rank 0 also runs {cfg.env.num_envs} envs ({cfg.env.id}), evaluation and "
                  "logging")
-    plan = Plan(cfg, devices, shape, source, learner, rollout, need, note, lines, problems)
-    for name, total in plan.device_totals().items():
-        if total > devices.memory:
-            fixes = []
-            if gpu and per_node < devices.count:
-                fixes.append(f"dist.learner_ranks={devices.count * d.nnodes} (one per GPU)")
+    for row in plan.rows:
+        if row.total > devices.memory:
+            problems.append(f"{row.gpus}" + (f" ({row.phase})" if row.phase else "")
+                            + f" needs {row.total / GiB:.1f} GiB of {devices.memory / GiB:.0f}; "
+                            f"try {'; or '.join(_fixes(plan, row, tokens))}")
+    return plan
+
+
+def _hf(plan: Plan, where: str) -> None:
+    """The hf engine in rank 0's process, on its device."""
+    cfg, shape, gpu = plan.cfg, plan.shape, plan.devices.kind == "gpu"
+    d, r = cfg.dist, cfg.rollout
+    longest = r.max_input_tokens + r.max_tokens_per_turn
+    kv = 2 * shape.layers * shape.kv_heads * shape.hd * 4 * longest * min(
+        256, cfg.env.num_envs * max(1, r.samples_per_prompt))
+    copies = (d.learner_ranks > 1) + (cfg.loop.mode == "async")
+    plan.rollout = plan.rollout_min = 4 * shape.params * copies + kv
+    plan.placement.append(f"rollout: the {r.engine} engine on rank 0's {where}"
+                          + (", with a whole float32 copy of the weights" if copies else
+                             ", sharing the learner's weights"))
+    plan.rollout_note = "float32 weight copies, the KV cache of one generation batch"
+    ranks = d.learner_ranks // d.nnodes
+    if not gpu:
+        plan.rows.append(Row("host RAM", "", [("learner", plan.learner.total * ranks),
+                                              ("engine", plan.rollout)]))
+        return
+    plan.rows.append(Row("GPU 0", "", [("learner", plan.learner.total),
+                                       ("engine", plan.rollout), ("context", CUDA_CONTEXT)]))
+    if ranks > 1:
+        plan.rows.append(Row(_gpu_list(list(range(1, ranks))), "",
+                             [("learner", plan.learner.total), ("context", CUDA_CONTEXT)]))
+
+
+def _vllm(plan: Plan, rollout_plan: Any, longest: int) -> None:
+    """vLLM engines as `skyhub.trainer.placement` places them, and each GPU's two phases:
+    generating (a learner rank holds what it keeps between steps; an engine is awake) and
+    training (a learner rank at its peak; a sleeping engine holds only its context)."""
+    cfg, shape, devices = plan.cfg, plan.shape, plan.devices
+    d, r = cfg.dist, cfg.rollout
+    gpu = devices.kind == "gpu"
+    rp = rollout_plan(cfg, devices, learner_resident=plan.resident,
+                      learner_peak=plan.learner.total, heads=shape.heads,
+                      context=CUDA_CONTEXT)
+    plan.rollout_plan = rp
+    plan.placement.extend(rp.describe())
+    max_len = int(r.engine_kwargs.get("max_model_len", longest))
+    need = vllm_min_bytes(shape, max_len, rp.tp)
+    plan.rollout_min = need
+    what = (f"bf16 weights{f' / TP {rp.tp}' if rp.tp > 1 else ''} and the KV cache of one "
+            f"{max_len}-token episode")
+    if not gpu:
+        plan.rollout = need * len(rp.engines)
+        plan.rollout_note = f"at least: {what}, per engine"
+        ranks = d.learner_ranks // d.nnodes
+        plan.rows.append(Row("host RAM", "", [("learner", plan.learner.total * ranks),
+                                              ("engines", plan.rollout)]))
+        return
+    util = rp.gpu_memory_utilization
+    plan.rollout = share = util * devices.memory
+    plan.rollout_note = (f"gpu_memory_utilization {util:g}), at least {need / GiB:.1f} GiB "
+                         f"per GPU each:\n  {what}")
+    if share < need:
+        plan.problems.append(
+            f"vLLM gets {share / GiB:.1f} GiB per GPU (gpu_memory_utilization {util:g}) but "
+            f"needs at least {need / GiB:.1f} GiB: raise rollout.gpu_memory_utilization or "
+            "dist.rollout_tp")
+    ctx = CUDA_CONTEXT
+    groups: dict[tuple[bool, bool], list[int]] = {}
+    for g in range(devices.count):
+        groups.setdefault((g in rp.learner_gpus, bool(rp.engines_on(g))), []).append(g)
+    for (has_learner, has_engine), gpus in groups.items():
+        name = _gpu_list(gpus)
+        if has_learner and has_engine:
+            if rp.sleep:
+                plan.rows.append(Row(name, "generating", [
+                    ("learner", plan.resident), ("engine", share), ("contexts", 2 * ctx)]))
+                plan.rows.append(Row(name, "training", [
+                    ("learner", plan.learner.total), ("engine asleep", 0.0),
+                    ("contexts", 2 * ctx)]))
+            else:
+                plan.rows.append(Row(name, "", [("learner", plan.learner.total),
+                                                ("engine", share), ("contexts", 2 * ctx)]))
+        elif has_learner:
+            plan.rows.append(Row(name, "", [("learner", plan.learner.total), ("context", ctx)]))
+        elif has_engine:
+            plan.rows.append(Row(name, "", [("engine", share), ("context", ctx)]))
+
+
+def _fixes(plan: Plan, row: Row, tokens: int) -> list[str]:
+    cfg, devices = plan.cfg, plan.devices
+    d, rp = cfg.dist, plan.rollout_plan
+    per_node = d.learner_ranks // d.nnodes
+    gpu = devices.kind == "gpu"
+    names = [k for k, _ in row.parts]
+    fixes = []
+    if "learner" in names:
+        if gpu and per_node < devices.count and (rp is None or rp.layout == "colocated"):
+            fixes.append(f"dist.learner_ranks={devices.count * d.nnodes} (one per GPU)")
+        elif row.phase == "generating":  # what a rank keeps between steps: 16 bytes/param/N
+            fixes.append("more learner ranks (dist.nnodes, one rank per GPU)")
+        if row.phase != "generating":
             if not cfg.model.gradient_checkpointing:
                 fixes.append("model.gradient_checkpointing=true")
             fixes.append(f"a shorter rollout.max_input_tokens or optim.micro_batch_tokens "
                          f"(micro-batches are {tokens} tokens)")
-            if r.engine == "vllm" and name == "GPU 0" and gpu:
-                fixes.append("a lower rollout.engine_kwargs.gpu_memory_utilization (vLLM takes "
-                             f"{rollout / GiB:.1f} GiB; it needs {need / GiB:.1f})")
-            problems.append(f"{name} needs {total / GiB:.1f} GiB of {devices.memory / GiB:.0f}; "
-                            f"try {'; or '.join(fixes)}")
-    return plan
-
+    if "engine" in names and rp is not None and gpu:
+        fixes.append(f"a lower rollout.gpu_memory_utilization (engines take "
+                     f"{plan.rollout / GiB:.1f} GiB per GPU; each needs "
+                     f"{plan.rollout_min / GiB:.1f})")
+        if rp.layout == "colocated" and not rp.sleep:
+            fixes.append("loop.mode=sync (colocated engines then sleep while the learner "
+                         "trains)")
+    return fixes
 
 # ------------------------------------------------------------------------------ measuring
 def measure_peak(fn: Any) -> tuple[Any, float]:
@@ -448,5 +566,5 @@ def tensor_bytes(*objs: Any) -> float:
     return float(total)
 
 
-__all__ = ["Devices", "Estimate", "ModelShape", "Plan", "learner_estimate", "measure_peak",
-           "model_shape", "parse_devices", "placement", "tensor_bytes"]
+__all__ = ["Devices", "Estimate", "ModelShape", "Plan", "Row", "learner_estimate",
+           "measure_peak", "model_shape", "parse_devices", "placement", "tensor_bytes"]

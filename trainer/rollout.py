@@ -14,24 +14,45 @@ ends after a turn that was not cut at the token limit, an EOS closes the message
 trained on (loss mask 1) as skyrl-train trains it; the engine did not sample it, so its
 engine logprob is recorded as 0.0 (probability 1), as skyrl-train records it.
 
-Envs are driven with `send`/`recv`: whichever episodes are ready are batched into one
-`generate` call while the others' env steps are still running, so a slow episode never stalls
-the batch. An episode whose env reports `infra_error` is kept but flagged: the learner masks
-it out instead of rewarding it 0.
+Scheduling is per episode: each episode alternates generate -> env step on its own. When its
+env result arrives, its next turn is submitted to the engine at once (`Engine.submit`, one
+request); when its completion arrives, its action is sent to its env at once (`send`), so no
+episode waits for another's generation or env step. One thread drives it all: it waits in the
+VectorEnv's `recv`, which an engine's finished request ends early (`wake()`), or on the
+completions alone while no env is busy.
+
+*In flight* means started (it holds an env) and not ended: it is either waiting for its
+completion or for its env. Up to `max_in_flight` episodes (None: every episode of the call)
+are in flight. Each holds an env for its whole life (an env's state is its episode's), leased
+from the VectorEnv and free again when the episode ends. So all of a step's episodes in flight
+need as many envs: when the VectorEnv given has fewer, the rollout makes its own, wider one
+from the same env factories (`env_fns`, cycled), keeps it for later calls and closes it in
+`close()`; the one given is then left idle. Set `max_in_flight` to at most `num_envs` to keep
+to the given envs (sandboxed envs: containers cost more than idle ones).
+
+An episode whose env reports `infra_error` is kept but flagged: the learner masks it out
+instead of rewarding it 0.
 """
 
 from __future__ import annotations
 
+import logging
+import queue
 import time
+import weakref
 from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyhub.chat import Episode as Transcript  # `Episode` here is an old alias
 from skyhub.errors import UsageError
 from skyhub.trainer.chat import LAYOUTS, ChatFormat
 from skyhub.trainer.config import RolloutConfig  # one definition: a recipe's `rollout:`
-from skyhub.trainer.engines import Engine, SamplingParams
+from skyhub.trainer.engines import Completion, Engine, SamplingParams, submitter
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -55,6 +76,25 @@ class Trajectory:
     seed: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     finish_reason: str = ""  # the engine's, for the last turn ("stop" or "length")
+    # the episode as text (what the env saw and said): `to_record`'s, for saved episodes
+    transcript: Transcript | None = None
+    last_action: str = ""  # the text of the action in flight
+
+    def to_record(self, index: int, *, env_id: str, env_kwargs: dict[str, Any],
+                  agent: str) -> dict[str, Any]:
+        """This episode as a line of `skyhub eval`'s episodes.jsonl (docs/eval.md), so that
+        `skyhub view` shows it and `skyhub replay` plays it again (`seed` is its env's reset
+        seed)."""
+        t = self.transcript or Transcript(self.task_id, None, "")
+        error = self.info.get("error") if self.infra_error else None
+        return {"index": index, "seed": self.seed, "task_index": self.group, "attempt": None,
+                "env_id": env_id, "env_kwargs": env_kwargs, "agent": agent, **t.to_dict(),
+                "outcome": self.outcome, "infra_error": self.infra_error,
+                "truncated": t.truncated or self.truncated, "error": None if error is None
+                else str(error), "error_source": "env" if self.infra_error else None,
+                "meta": {}, "final_info": self.info,
+                "tokens": {"prompt": self.prompt_len, "completion": self.agent_tokens},
+                "policy_version": self.min_version}
 
     def add(self, ids: Sequence[int], *, agent: bool, logprobs: Sequence[float] = (),
             versions: Sequence[int] = ()) -> None:
@@ -78,7 +118,12 @@ class Trajectory:
 
 
 class Rollout:
-    """Plays groups of episodes on a VectorEnv (created with `autoreset_mode="disabled"`)."""
+    """Plays groups of episodes on a VectorEnv (created with `autoreset_mode="disabled"`).
+
+    `stats` after `run`: `rollout_s` (wall), `generate_s` (wall time with a generation in
+    flight), `env_wait_s` (wall time with an env reset or step in flight), `peak_in_flight`
+    (episodes at once), `peak_requests` (generation requests at once), `requests`, `envs`
+    (the envs the episodes were leased from)."""
 
     def __init__(self, venv: Any, engine: Engine, chat: ChatFormat,
                  cfg: RolloutConfig) -> None:
@@ -87,64 +132,154 @@ class Rollout:
         if cfg.chat_layout not in LAYOUTS:
             raise UsageError(f"chat_layout must be one of {', '.join(LAYOUTS)}, not "
                              f"{cfg.chat_layout!r}")
+        if cfg.max_in_flight is not None and cfg.max_in_flight < 1:
+            raise UsageError(f"rollout.max_in_flight must be >= 1 (or null for every episode "
+                             f"of a step), not {cfg.max_in_flight}")
         self.one_message = cfg.chat_layout == "assistant-message"
         if self.one_message:
             chat.check_inline()
+        self._own: Any = None  # a wider VectorEnv this rollout made (see the module's doc)
+        self._own_closer: Any = None
+
+    def close(self) -> None:
+        """Close the envs this rollout made itself (never the VectorEnv it was given)."""
+        if self._own_closer is not None:
+            self._own_closer()
+            self._own = self._own_closer = None
 
     def run(self, task_ids: Sequence[str], group_size: int, *, seed: int = 0
             ) -> list[Trajectory]:
         """`group_size` episodes of each task, in group order (`group_size` contiguous
         episodes per task, as the advantage estimators expect). Episode k's sampling seeds
         derive from `seed` and k, so a run is reproducible whatever order envs finish in."""
-        todo = deque(Trajectory(group=g, task_id=t, seed=seed * 1_000_003 + g * group_size + j)
-                     for g, t in enumerate(task_ids) for j in range(group_size))
-        episodes = list(todo)
-        free = deque(range(self.venv.num_envs))
+        episodes = [Trajectory(group=g, task_id=t, seed=seed * 1_000_003 + g * group_size + j)
+                    for g, t in enumerate(task_ids) for j in range(group_size)]
+        if not episodes:
+            self.stats = {"rollout_s": 0.0, "generate_s": 0.0, "env_wait_s": 0.0}
+            return episodes
+        target = min(len(episodes), self.cfg.max_in_flight or len(episodes))
+        venv = self._envs(target)
+        target = min(target, venv.num_envs)
+        submit = submitter(self.engine)
+        done: queue.SimpleQueue[tuple[int, Future[Completion]]] = queue.SimpleQueue()
+        todo = deque(episodes)
+        free = deque(range(venv.num_envs))
         live: dict[int, Trajectory] = {}  # env id -> its episode
-        waiting: list[int] = []  # env ids whose episode needs the agent's next turn
-        in_flight = 0
-        t0, gen_s, env_wait_s = time.perf_counter(), 0.0, 0.0
+        clock = _Busy()
+        envs_busy = requests = peak = peak_requests = n_requests = 0
+
+        def finished(i: int, future: Future[Completion]) -> None:  # an engine's thread
+            done.put((i, future))
+            venv.wake()
+
+        def completed(i: int, future: Future[Completion]) -> None:
+            nonlocal requests, envs_busy
+            requests -= 1
+            self._record(live[i], future.result())  # an engine error ends the rollout
+            live[i].last_action = future.result().text
+            venv.send([future.result().text], [i])
+            envs_busy += 1
+
+        t0 = time.perf_counter()
         while todo or live:
-            while free and todo:  # start episodes on free envs
+            while todo and free and len(live) < target:  # lease envs to new episodes
                 i, ep = free.popleft(), todo.popleft()
                 live[i] = ep
-                self.venv.async_reset([i], options=[{"task_id": ep.task_id}])
-                in_flight += 1
-            if waiting:
-                t = time.perf_counter()
-                self._act(waiting, live)
-                gen_s += time.perf_counter() - t
-                in_flight += len(waiting)
-                waiting = []
-            if in_flight:
-                t = time.perf_counter()
-                ids, obs, rewards, terms, truncs, infos = self.venv.recv(min_ready=1)
-                env_wait_s += time.perf_counter() - t
-                in_flight -= len(ids)
-                for i, o, r, te, tr, info in zip(ids, obs, rewards, terms, truncs, infos,
-                                                 strict=True):
-                    ep = live[int(i)]
-                    if self._observe(int(i), ep, o, float(r), bool(te), bool(tr), info):
-                        del live[int(i)]
-                        free.append(int(i))
-                    else:
-                        waiting.append(int(i))
-        self.stats = {"rollout_s": time.perf_counter() - t0, "generate_s": gen_s,
-                      "env_wait_s": env_wait_s}
+                # the episode's seed is its env's reset seed too (so `skyhub replay` can
+                # play a saved episode again exactly)
+                venv.async_reset([i], seed=[ep.seed], options=[{"task_id": ep.task_id}])
+                envs_busy += 1
+            peak = max(peak, len(live))
+            while True:  # completions that arrived: their actions go to their envs
+                try:
+                    completed(*done.get_nowait())
+                except queue.Empty:
+                    break
+            clock.mark(requests, envs_busy)
+            if not envs_busy:  # only generations in flight: wait for one
+                if not requests:
+                    raise RuntimeError(f"rollout stalled: {len(live)} episodes live with no "
+                                       "env call or generation in flight (a bug)")
+                completed(*done.get())
+                clock.mark(requests, envs_busy)
+                continue
+            ids, obs, rewards, terms, truncs, infos = venv.recv(min_ready=1)  # or a wake()
+            envs_busy -= len(ids)
+            for i, o, r, te, tr, info in zip(ids, obs, rewards, terms, truncs, infos,
+                                             strict=True):
+                i = int(i)
+                ep = live[i]
+                if self._observe(i, ep, o, float(r), bool(te), bool(tr), info, venv):
+                    del live[i]
+                    free.append(i)
+                    continue
+                future = submit(list(ep.token_ids), self._params(ep), ep.seed * 64 + ep.turns)
+                requests += 1
+                n_requests += 1
+                peak_requests = max(peak_requests, requests)
+                future.add_done_callback(lambda f, i=i: finished(i, f))
+            clock.mark(requests, envs_busy)
+        clock.mark(0, 0)
+        self.stats = {"rollout_s": time.perf_counter() - t0, "generate_s": clock.generate_s,
+                      "env_wait_s": clock.env_s, "peak_in_flight": float(peak),
+                      "peak_requests": float(peak_requests), "requests": float(n_requests),
+                      "envs": float(venv.num_envs)}
         return episodes
 
+    def _envs(self, target: int) -> Any:
+        """The VectorEnv to lease `target` envs from: the one given, or a wider one made
+        from its factories (kept for later calls)."""
+        if target <= self.venv.num_envs or not hasattr(self.venv, "env_fns"):
+            return self.venv
+        if self._own is not None and self._own.num_envs >= target:
+            return self._own
+        from skyhub.vector import VectorEnv
+
+        self.close()
+        fns = list(self.venv.env_fns)
+        executor = getattr(getattr(self.venv, "_executor", None), "name", "threads")
+        log.info("rollout: %d episodes in flight need %d envs, the VectorEnv has %d: making "
+                 "%d from its env factories (rollout.max_in_flight caps this)", target, target,
+                 self.venv.num_envs, target)
+        self._own = VectorEnv([fns[k % len(fns)] for k in range(target)], executor=executor,
+                              autoreset_mode="disabled",
+                              step_timeout=getattr(self.venv, "step_timeout", None))
+        self._own_closer = weakref.finalize(self, self._own.close)
+        return self._own
+
+    def _params(self, ep: Trajectory) -> SamplingParams:
+        # An episode near max_input_tokens gets a shorter turn.
+        limit = max(1, min(self.cfg.max_tokens_per_turn,
+                           self.cfg.max_input_tokens - len(ep.token_ids)))
+        return SamplingParams(max_tokens=limit, temperature=self.cfg.temperature,
+                              top_p=self.cfg.top_p, stop=tuple(self.cfg.stop),
+                              stop_token_ids=self.chat.stop_token_ids)
+
+    @staticmethod
+    def _record(ep: Trajectory, c: Completion) -> None:
+        ep.add(c.token_ids, agent=True, logprobs=c.logprobs, versions=c.versions)
+        ep.turns += 1
+        ep.finish_reason = c.finish_reason
+
     def _observe(self, i: int, ep: Trajectory, obs: str, reward: float, terminated: bool,
-                 truncated: bool, info: dict[str, Any]) -> bool:
-        """Record an env result; True when the episode is over."""
+                 truncated: bool, info: dict[str, Any], venv: Any = None) -> bool:
+        """Record an env result (of env `i` of `venv`, default `self.venv`); True when the
+        episode is over."""
         if info.get("infra_error"):
             ep.infra_error, ep.outcome, ep.info = True, "error", info
+            if ep.transcript is None:
+                ep.transcript = Transcript(ep.task_id, None, "")
+            ep.transcript.add(ep.last_action if ep.token_ids else "", "", 0.0, False, True, info)
             return True
         if not ep.token_ids:  # the reset: the prompt
-            system = self.venv.get_attr("system_prompt", env_ids=[i])[0]
+            system = (venv or self.venv).get_attr("system_prompt", env_ids=[i])[0]
             ep.add(self.chat.prompt_ids(obs, system), agent=False)
             ep.prompt_len = len(ep.token_ids)
+            ep.transcript = Transcript(info.get("task_id", ep.task_id), system, obs)
             return False
         ep.reward += reward
+        if ep.transcript is not None:
+            ep.transcript.add(ep.last_action, obs, reward, terminated, truncated, info)
         if terminated or truncated:
             ep.outcome, ep.truncated, ep.info = info.get("outcome", "failure"), truncated, info
             self._close_message(ep)
@@ -176,27 +311,28 @@ class Rollout:
             return
         ep.add([eos], agent=True, logprobs=[0.0], versions=[ep.versions[-1]])
 
-    def _act(self, env_ids: list[int], live: dict[int, Trajectory]) -> None:
-        """One generate call for every waiting episode, then send the actions."""
-        eps = [live[i] for i in env_ids]
-        # An episode near max_input_tokens gets a shorter turn; batch those on their own.
-        budget = [max(1, min(self.cfg.max_tokens_per_turn,
-                             self.cfg.max_input_tokens - len(e.token_ids))) for e in eps]
-        texts: list[str] = [""] * len(eps)
-        for limit in sorted(set(budget)):
-            idx = [k for k, b in enumerate(budget) if b == limit]
-            params = SamplingParams(max_tokens=limit, temperature=self.cfg.temperature,
-                                    top_p=self.cfg.top_p, stop=tuple(self.cfg.stop),
-                                    stop_token_ids=self.chat.stop_token_ids)
-            batch = [eps[k] for k in idx]
-            outs = self.engine.generate([e.token_ids for e in batch], params,
-                                        seeds=[e.seed * 64 + e.turns for e in batch])
-            for k, e, c in zip(idx, batch, outs, strict=True):
-                e.add(c.token_ids, agent=True, logprobs=c.logprobs, versions=c.versions)
-                e.turns += 1
-                e.finish_reason = c.finish_reason
-                texts[k] = c.text
-        self.venv.send(texts, env_ids)
+
+class _Busy:
+    """Wall time during which generations, and env calls, were in flight (each a union of
+    intervals, as the driving thread sees the counts change)."""
+
+    def __init__(self) -> None:
+        self.generate_s = self.env_s = 0.0
+        self._gen_since: float | None = None
+        self._env_since: float | None = None
+
+    def mark(self, requests: int, envs: int) -> None:
+        now = time.perf_counter()
+        if requests and self._gen_since is None:
+            self._gen_since = now
+        elif not requests and self._gen_since is not None:
+            self.generate_s += now - self._gen_since
+            self._gen_since = None
+        if envs and self._env_since is None:
+            self._env_since = now
+        elif not envs and self._env_since is not None:
+            self.env_s += now - self._env_since
+            self._env_since = None
 
 
 #: The old name of `Trajectory` (a token record, not a `skyhub.Episode` transcript), kept so old

@@ -27,10 +27,11 @@ N_EPISODES = 12
 # the training run: toy-recall, 2 steps of a tiny model (tests/trainer/test_loop.py's sizes)
 TRAIN_OVERRIDES = ["loop.max_steps=2", "rollout.samples_per_prompt=4",
                    "optim.train_batch_size=4", "optim.mini_batch_size=4", "env.num_envs=4",
-                   "loop.eval_every=2", "loop.eval_tasks=4", "loop.tensorboard=false"]
+                   "loop.eval_every=2", "loop.eval_tasks=4", "loop.tensorboard=false",
+                   "loop.save_episodes=true"]
 # for the README's screenshots (SKYHUB_WRITE_SCREENSHOTS=1): curves worth looking at, ~1 min
 SCREENSHOT_TRAIN_OVERRIDES = ["loop.max_steps=40", "loop.eval_every=5", "loop.eval_tasks=32",
-                              "loop.tensorboard=false"]
+                              "loop.tensorboard=false", "loop.save_episodes=true"]
 
 
 def lookup_agent(messages: list[dict[str, str]]) -> Reply:
@@ -63,24 +64,13 @@ def _wait(*started: tuple[list[str], subprocess.Popen[str]]) -> None:
         assert proc.returncode == 0, f"skyhub {' '.join(args)} failed:\n{out}"
 
 
-def write_step_episodes(train_dir: Path, sample: Path) -> None:
-    """Sample episodes of the training run's steps 1 and 2, as `loop.save_episodes` writes
-    them (`episodes/step-NNNNNN.jsonl`, eval episodes' lines): real toy-recall episodes made by
-    `skyhub eval run` (`sample`), the run's env. (Until the trainer writes them itself.)"""
-    lines = (sample / "episodes.jsonl").read_text(encoding="utf-8").splitlines()
-    (train_dir / "episodes").mkdir(exist_ok=True)
-    for step, part in ((1, lines[:3]), (2, lines[3:])):
-        (train_dir / "episodes" / f"step-{step:06d}.jsonl").write_text(
-            "".join(x + "\n" for x in part), encoding="utf-8")
-
-
 def make_runs(base: Path) -> dict[str, Path]:
     """{"scripted", "random", "train"} -> run directories under `base`, made once (a marker
     file says they are complete, so several test files of one session share them). The four
     commands run at once: most of their time is starting Python."""
     base = base.resolve()
     runs = {"scripted": base / "scripted", "random": base / "random", "train": base / "train"}
-    sample = base / "recall-sample"
+    sample = base / "recall-sample"  # an eval run of another env (comparing across envs)
     marker = base / "made.json"
     if marker.is_file():
         return runs
@@ -96,7 +86,6 @@ def make_runs(base: Path) -> dict[str, Path]:
                   str(runs["random"]), *common], base),
           _start(["eval", "run", "toy-recall", "--agent", "random", "--n", "6", "--out",
                   str(sample), "--no-report"], base))
-    write_step_episodes(runs["train"], sample)
     kinds = Counter("infra" if r["infra_error"] else r["outcome"] for r in map(
         json.loads, (runs["scripted"] / "episodes.jsonl").read_text().splitlines()))
     # the tests page through two failures and filter the infra errors

@@ -40,10 +40,20 @@ def test_the_653_recipe_fits_one_node_of_8x80gb_and_says_where_everything_goes()
     assert out.exit_code == 0, out.output
     text = out.output
     assert "ranks 0-7, FSDP2 over 8 ranks" in text and "float32 masters" in text
-    assert "vLLM engine" in text and "GPU 0" in text and "fits: yes" in text
+    # SkyRL-SQL's run_skyrl_sql.sh: colocate_all, 2 engines x TP 4, utilisation 0.7
+    assert "2 vLLM engines x tensor parallel 4, colocated with the learner" in text
+    assert "engine 0 on GPUs 0-3, engine 1 on GPUs 4-7" in text
+    assert "gpu_memory_utilization 0.7" in text and "sleep mode level 1" in text
+    assert "fits: yes" in text
     assert "7.62B parameters" in text  # Qwen2.5-Coder-7B's shape, with no download
     plan = placement(load_config("sql-grpo-653"), parse_devices("8x80GB"))
     assert plan.fits and all(t <= 80 * GiB for t in plan.device_totals().values())
+    # awake, an engine's 56 GiB share sits beside what a rank keeps between steps; asleep,
+    # the learner has its peak: the share would not fit beside the peak
+    rows = {r.phase: r.total for r in plan.rows}
+    assert rows["generating"] == pytest.approx(plan.resident + 0.7 * 80 * GiB + 3 * GiB)
+    assert rows["training"] == pytest.approx(plan.learner.total + 3 * GiB)
+    assert plan.learner.total + 0.7 * 80 * GiB > 80 * GiB
     # sharding is what makes it fit: the masters and AdamW state of 7.6B parameters
     # (16 bytes each, ~114 GiB) cannot sit on one GPU
     assert plan.learner.parts["AdamW moments (float32)"] == pytest.approx(
@@ -51,11 +61,14 @@ def test_the_653_recipe_fits_one_node_of_8x80gb_and_says_where_everything_goes()
 
 
 @pytest.mark.parametrize(("overrides", "devices", "message"), [
-    (["dist.learner_ranks=1"], "8x80GB", "dist.learner_ranks=8 (one per GPU)"),
-    ([], "8x24GB", "vLLM gets 9.6 GiB"),
+    (["dist.learner_ranks=1", "dist.rollout_engines=1", "dist.rollout_tp=1"], "8x80GB",
+     "dist.learner_ranks=8 (one per GPU)"),
+    (["rollout.gpu_memory_utilization=0.05"], "8x80GB", "vLLM gets 4.0 GiB per GPU"),
+    ([], "8x24GB", "GPUs 0-7 (generating) needs 34.0 GiB of 24"),
+    (["rollout.gpu_memory_utilization=0.9"], "8x80GB",
+     "a lower rollout.gpu_memory_utilization"),
+    (["loop.mode=async"], "8x80GB", "loop.mode=sync (colocated engines then sleep"),
     (["dist.learner_ranks=16"], "8x80GB", "16 ranks on each node, which has 8 GPUs"),
-    (["rollout.engine_kwargs={gpu_memory_utilization: 0.9}"], "8x80GB",
-     "a lower rollout.engine_kwargs.gpu_memory_utilization"),
 ])
 def test_a_config_that_does_not_fit_is_refused_with_what_to_change(overrides, devices,
                                                                    message):
@@ -66,8 +79,8 @@ def test_a_config_that_does_not_fit_is_refused_with_what_to_change(overrides, de
 
 def test_the_cli_refuses_with_exit_code_2():
     out = subprocess.run([sys.executable, "-m", "skyhub.cli.main", "train", "--recipe",
-                          "sql-grpo-653", "--dry-run", "--devices", "8x80GB",
-                          "dist.learner_ranks=1"], capture_output=True, text=True, timeout=120)
+                          "sql-grpo-653", "--dry-run", "--devices", "8x24GB"],
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "fits: NO" in out.stdout and "does not fit" in out.stderr
     wrong = cli("--devices", "8x80GB")  # --devices belongs to --dry-run

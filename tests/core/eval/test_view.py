@@ -272,7 +272,8 @@ def test_curves_are_the_metrics_the_run_logged(client, runs: dict[str, Path]) ->
 
 def test_a_training_steps_sample_episodes_open_like_eval_episodes(client) -> None:
     body = strict_json(client.get("/api/runs/train/episodes?step=2"))
-    assert body["total"] == 3 and all(r["task_id"].startswith("recall") for r in body["rows"])
+    # loop.save_episodes wrote the step's 4 x 4 training episodes
+    assert body["total"] == 16 and all(r["task_id"].startswith("recall") for r in body["rows"])
     first = body["rows"][0]["index"]
     ep = strict_json(client.get(f"/api/runs/train/episodes/{first}?step=2"))
     assert ep["env_id"] == "toy-recall" and ep["system_prompt"]

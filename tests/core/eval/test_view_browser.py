@@ -298,11 +298,11 @@ def test_training_run_curves_and_sample_episodes(driver, server: str, runs: dict
     wait(driver, lambda d: d.find_elements("css selector", '#extra-curves .chart[data-title="lr"]'),
          "the extra curve")
 
-    wait(driver, lambda d: len(rows(d, "episodes")) == 3, "the last step's sample episodes")
+    wait(driver, lambda d: len(rows(d, "episodes")) == 16, "the last step's episodes (4 x 4)")
     Select(driver.find_element("id", "step-pick")).select_by_value("1")
     wait(driver, lambda d: "of step 1 shown" in d.find_element("id", "shown").text,
          "step 1's sample episodes")
-    assert len(rows(driver, "episodes")) == 3
+    assert len(rows(driver, "episodes")) == 16
     shots(driver, "training")
     rows(driver, "episodes")[0].click()
     wait(driver, lambda d: d.find_elements("id", "trajectory"), "a training episode")
