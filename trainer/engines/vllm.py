@@ -90,6 +90,10 @@ from skyhub.trainer.engines import Completion, SamplingParams
 
 _T = TypeVar("_T")
 
+#: The KV cache of an engine on vLLM's CPU build, unless `gpu_memory_utilization`,
+#: `kv_cache_memory_bytes` or $VLLM_CPU_KVCACHE_SPACE says otherwise.
+CPU_KV_CACHE_BYTES = 1 << 30
+
 #: `weight_sync=` values: how `update_weights` reaches the workers (module docstring).
 WEIGHT_SYNCS = ("memory", "nccl", "ipc", "file")
 _MEMORY_BACKEND = "skyhub_memory"  # our backend's key in vLLM's weight-transfer factories
@@ -479,10 +483,20 @@ class VLLMEngine:
             raise UsageError("enable_sleep_mode needs a CUDA, ROCm or XPU device (vLLM has no "
                              "sleep mode on CPU); run the colocated layout on GPUs, or the "
                              "split layout without sleep mode")
+        if (current_platform.is_cpu() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+                and not {"gpu_memory_utilization", "kv_cache_memory_bytes"} & set(engine_kwargs)):
+            # vLLM's CPU build reserves gpu_memory_utilization (0.92) of the machine's RAM
+            # for its KV cache and refuses to start when that much is not free: a CPU engine
+            # (tests, tiny models) gets an explicit 1 GiB unless told otherwise
+            engine_kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
         if keep_kv_cache and engine_kwargs.get("enable_prefix_caching"):
             raise UsageError("keep_kv_cache=True needs prefix caching off (old-weight blocks "
                              "would be reused by new requests); drop enable_prefix_caching")
         self.version = 0
+        # Completion.text is this tokenizer's decoding of the sampled ids, as the hf engine's:
+        # vLLM's incremental detokenizer leaves some tokenizers' markers in (a Metaspace
+        # tokenizer's "▁word"), and the env would be scored on text the learner never saw
+        self.tokenizer = tokenizer
         self.weight_sync = weight_sync
         self.keep_kv_cache = keep_kv_cache
         self._tmp = Path(tempfile.mkdtemp(prefix="skyhub-vllm-"))
@@ -647,7 +661,8 @@ class VLLMEngine:
             logprobs=logprobs,
             versions=self._versions(c.weight_versions, len(token_ids)),
             finish_reason=c.finish_reason,
-            text=c.text or "",
+            text=(self.tokenizer.decode(token_ids, skip_special_tokens=True)
+                  if self.tokenizer is not None else c.text or ""),
             meta={"stop_reason": c.stop_reason},
         )
 

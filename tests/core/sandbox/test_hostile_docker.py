@@ -9,6 +9,7 @@ import errno
 import socket
 import struct
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -110,8 +111,16 @@ time.sleep(9999)' {token}-daemon >/dev/null 2>&1 &
     """
     r = sb.exec(["bash", "-c", script], timeout=60)
     assert r.exit_code == 0, r
-    seen = sb.exec("ps -eo args=").stdout
-    assert f"{token}-loop" in seen and f"{token}-daemon" in seen
+    # the daemons start in the background: under load the double-forking one may still be
+    # between its forks (`ps` shows it as `[python3]`) when the script returns
+    deadline = time.monotonic() + 30
+    while True:
+        seen = sb.exec("ps -eo args=").stdout
+        if (f"{token}-loop" in seen and f"{token}-daemon" in seen) or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert f"{token}-loop" in seen and f"{token}-daemon" in seen, seen
     assert token in sb.exec(LISTING).stdout
 
 
