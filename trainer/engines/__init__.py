@@ -20,8 +20,9 @@ The contract a rollout relies on:
   runs; the new weights apply between two decoding steps and the running completions go on.
   What happens to the prefix's KV cache differs: `hf` keeps the cache the old weights built;
   `vllm` (`pause_generation(mode="keep", clear_cache=True)`) re-prefills it with the new
-  ones, or keeps it with `keep_kv_cache=True` (prefix caching then off). Either way each token's version says which weights sampled it, and the learner's
-  truncated importance sampling corrects for the difference.
+  ones, or keeps it with `keep_kv_cache=True` (prefix caching then off). Either way each
+  token's version says which weights sampled it, and the learner's truncated importance
+  sampling corrects for the difference.
 - `generate(prompts, params, seeds)`: prompt i is sampled with its own seed, so a completion
   does not depend on which other prompts shared its batch (exact resume relies on it).
 - `submit(prompt, params, seed)`: one request, returns a `Future` at once; the future is done
