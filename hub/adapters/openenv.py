@@ -35,7 +35,9 @@ No authentication exists in OpenEnv's protocol: `serve` binds to loopback unless
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from skyhub.adapters._lazy import lazy_names
 
 if TYPE_CHECKING:
     from skyhub.adapters._openenv import (
@@ -53,15 +55,5 @@ __all__ = ["OpenEnvServer", "SkyhubAction", "SkyhubEnvClient", "SkyhubEnvironmen
            "SkyhubObservation", "SkyhubState", "create_app", "serve"]
 
 
-def __getattr__(name: str) -> Any:
-    """The adapter's names, loaded (with the framework) on first use, so importing this
-    module imports no framework."""
-    if name in __all__:
-        from skyhub.adapters import _openenv
-
-        return getattr(_openenv, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+# the names above, loaded (with the framework) on first use
+__getattr__, __dir__ = lazy_names(__name__, "skyhub.adapters._openenv", __all__)

@@ -37,7 +37,9 @@ without that option the exception ends the training step.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from skyhub.adapters._lazy import lazy_names
 
 if TYPE_CHECKING:
     from skyhub.adapters._skyrl_gym import (
@@ -51,15 +53,5 @@ if TYPE_CHECKING:
 __all__ = ["SkyhubTextEnv", "dataset_rows", "generator_stop", "register", "skyrl_id"]
 
 
-def __getattr__(name: str) -> Any:
-    """The adapter's names, loaded (with the framework) on first use, so importing this
-    module imports no framework."""
-    if name in __all__:
-        from skyhub.adapters import _skyrl_gym
-
-        return getattr(_skyrl_gym, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+# the names above, loaded (with the framework) on first use
+__getattr__, __dir__ = lazy_names(__name__, "skyhub.adapters._skyrl_gym", __all__)

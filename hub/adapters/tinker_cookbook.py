@@ -45,7 +45,9 @@ most models (`FailFast`) the exception stops the run, so set `rollout_error_tole
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from skyhub.adapters._lazy import lazy_names
 
 if TYPE_CHECKING:
     from skyhub.adapters._tinker_cookbook import (
@@ -61,15 +63,5 @@ __all__ = ["SkyhubDatasetBuilder", "SkyhubEnv", "SkyhubEnvGroupBuilder", "Skyhub
            "register_local_tokenizer", "stop_condition"]
 
 
-def __getattr__(name: str) -> Any:
-    """The adapter's names, loaded (with the framework) on first use, so importing this
-    module imports no framework."""
-    if name in __all__:
-        from skyhub.adapters import _tinker_cookbook
-
-        return getattr(_tinker_cookbook, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+# the names above, loaded (with the framework) on first use
+__getattr__, __dir__ = lazy_names(__name__, "skyhub.adapters._tinker_cookbook", __all__)
