@@ -148,7 +148,10 @@ except OSError as e:
 def test_background_process_cannot_forge_the_agents_replies(sb: DockerSandbox) -> None:
     sb.write_file("forger.py", FORGER)
     sb.exec("python3 forger.py > forger.log 2>&1 &")
-    r = sb.exec("sleep 2; echo real; exit 1")
+    # the command is running while the forger tries: it ends only once the forger has
+    # written its verdict (at its exit), however slowly a loaded machine starts python3
+    r = sb.exec("for i in $(seq 400); do [ -s forger.log ] && break; sleep 0.1; done; "
+                "echo real; exit 1", timeout=60)
     assert (r.exit_code, r.stdout) == (1, "real\n")
     assert sb.read_file("forger.log").startswith(b"refused")
 
