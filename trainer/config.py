@@ -88,6 +88,9 @@ class AlgoConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     kl_in_reward: bool = False
+    # reinforce++ only: subtract each prompt's mean reward before whitening over the batch
+    # (OpenRLHF's reinforce_baseline)
+    reinforce_baseline: bool = False
     tis_cap: float | None = 2.0  # truncated importance sampling against engine logprobs
     gamma: float = 1.0  # gae only
     lam: float = 0.95  # gae only
