@@ -18,6 +18,14 @@ with the same whole batch; each mini-batch's episodes are split over the ranks b
 each rank runs the same number of micro-batches (a rank with fewer runs empty ones, since
 every forward is a collective), and the gradients reduced over the ranks are those of the
 whole mini-batch, so the step equals the single-rank one up to float rounding.
+
+How a mini-batch is split (micro-batches, packing, ranks) does not change the step: every loss
+term (policy, KL, value; and the entropy metric) is a sum over tokens or sequences divided by
+the *whole mini-batch's* denominator (`algorithms.loss_denominator`: its tokens, or its
+sequences), computed before the split; each micro-batch contributes its share and the shares
+add up, as OpenRLHF's `batch_num_tokens` / `global_batch_size` do. (SkyRL 0.3.1 divides each
+micro-batch's own mean by the number of micro-batches instead, so its step depends on the
+split; ours equals its step with one micro-batch per mini-batch.)
 """
 
 from __future__ import annotations
@@ -39,8 +47,7 @@ from skyhub.trainer.policy import token_logprobs as token_logprobs  # its old ho
 from skyhub.trainer.rollout import Episode
 
 ESTIMATORS = {"grpo": A.grpo_advantages, "dr_grpo": A.dr_grpo_advantages,
-              "rloo": A.rloo_advantages,
-              "reinforce++": lambda r, g: A.reinforce_pp_advantages(r, g)}
+              "rloo": A.rloo_advantages}  # per group; reinforce++ and gae: over the batch
 
 
 class Learner:
@@ -200,17 +207,27 @@ class Learner:
         def reward(e: Episode) -> Tensor:
             return torch.tensor(float(e.reward)) if rewards is None else rewards[id(e)]
 
-        estimator = ESTIMATORS[self.algo.advantage]
         groups: dict[int, list[Episode]] = {}
         for e in episodes:
             if not e.infra_error and e.agent_tokens > 0:
                 groups.setdefault(e.group, []).append(e)
         if self.algo.advantage == "reinforce++":
-            # No per-prompt baseline: one normalisation over the whole batch (Hu, 2025), so a
-            # prompt whose samples all fail still gets a (negative) signal, unlike GRPO.
+            # One normalisation over the whole batch's agent tokens (Hu, 2025; OpenRLHF), so a
+            # prompt whose samples all fail still gets a (negative) signal, unlike GRPO. With
+            # reinforce_baseline, each prompt's mean reward is subtracted first.
+            x = {id(e): reward(e) for g in groups.values() for e in g}
+            if self.algo.reinforce_baseline:
+                for members in groups.values():
+                    mean = torch.stack([x[id(e)] for e in members]).mean()
+                    for e in members:
+                        x[id(e)] = x[id(e)] - mean
             eps = [e for g in groups.values() for e in g]
-            adv = estimator(torch.stack([reward(e) for e in eps]), None)
+            width = max(len(e.loss_mask) for e in eps)
+            mask = torch.tensor([e.loss_mask[1:] + [0] * (width - len(e.loss_mask))
+                                 for e in eps]).bool()
+            adv = A.reinforce_pp_advantages(torch.stack([x[id(e)] for e in eps]), mask=mask)
             return {id(e): a for e, a in zip(eps, adv, strict=True)}
+        estimator = ESTIMATORS[self.algo.advantage]
         for members in groups.values():
             group_rewards = torch.stack([reward(e) for e in members])
             for e, a in zip(members, estimator(group_rewards, len(members)), strict=True):
@@ -232,21 +249,28 @@ class Learner:
                     adv, ret = A.gae(rewards, v.float().cpu(), mask, self.algo.gamma,
                                    self.algo.lam)
                     extra[id(e)].update(adv=adv, ret=ret, old_v=v.float().cpu())
+        # whiten over the batch's agent tokens, as OpenRLHF does (population variance,
+        # rsqrt(max(var, 1e-8))); masked-out tokens come back 0
         advs = torch.cat([extra[id(e)]["adv"] for e in episodes])
         masks = torch.cat([torch.tensor(e.loss_mask[1:]) for e in episodes]).bool()
-        mean, std = advs[masks].mean(), advs[masks].std().clamp(min=1e-6)
-        for e in episodes:  # whiten over the batch's agent tokens, as PPO implementations do
-            extra[id(e)]["adv"] = (extra[id(e)]["adv"] - mean) / std
+        white = A.masked_whiten(advs, masks).split([len(e.loss_mask) - 1 for e in episodes])
+        for e, a in zip(episodes, white, strict=True):
+            extra[id(e)]["adv"] = a
 
     def _update(self, episodes: list[Episode], extra: dict[int, dict[str, Tensor]]
                 ) -> dict[str, float]:
         """One optimiser step on a mini-batch, accumulating over its micro-batches (sharded:
-        over this rank's share of them; the shares are of the whole mini-batch's totals, and
-        the ranks' gradients are summed)."""
+        over this rank's share of them; the ranks' gradients are summed). Every loss term of a
+        micro-batch is divided by the whole mini-batch's denominator, so the micro-batches'
+        terms add up to the mini-batch's loss whatever the split."""
         self.policy.train()
         self.opt.zero_grad(set_to_none=True)
-        total_tokens = sum(e.agent_tokens for e in episodes)
-        total_seqs = len(episodes)
+        lengths = [sum(e.loss_mask[1:]) for e in episodes]
+        total_tokens = max(sum(lengths), 1)
+        # seq-mean-token-sum-norm without a generation budget: the longest episode of the
+        # mini-batch (not of a micro-batch, whose width depends on the split)
+        norm_len = self.norm_len or max(len(e.token_ids) - 1 for e in episodes)
+        denom = A.loss_denominator(lengths, self.algo.aggregation, norm_len)
         sums: dict[str, float] = {}
         plan = self._plan(self._mine(episodes))
         n = D.all_max(len(plan)) if self.world > 1 else len(plan)
@@ -271,28 +295,30 @@ class Learner:
             adv_list = [extra[id(e)]["adv"] for e in mb.episodes]
             adv = (pad(adv_list) if adv_list[0].dim() else
                    torch.stack(adv_list).to(self.device))
+            # each term below is this micro-batch's share of the mini-batch's term
             loss, stats = A.policy_loss(
                 logp, old, adv, mask, clip_low=self.algo.clip_low,
                 clip_high=self.algo.clip_high, dual_clip=self.algo.dual_clip,
-                aggregation=self.algo.aggregation, norm_len=self.norm_len,
+                aggregation=self.algo.aggregation, norm_len=norm_len,
                 engine_logp=eng if self.algo.tis_cap is not None else None,
-                tis_cap=self.algo.tis_cap)
-            stats["entropy"] = A.masked_mean(pad(ents), mask)
-            n_tok = int(mask.sum())
-            share = (n_tok / max(total_tokens, 1) if self.algo.aggregation == "token-mean"
-                     else len(mb.episodes) / total_seqs)
+                tis_cap=self.algo.tis_cap, denominator=denom)
+            # token-mean statistics (clip fraction, ratio, ...) weigh by the share of tokens
+            share = float(mask.sum()) / total_tokens
+            stats = {k: v * share for k, v in stats.items()}
+            stats["entropy"] = A.aggregate(pad(ents).detach(), mask, denominator=total_tokens)
             if self.ref is not None and not self.algo.kl_in_reward:
                 ref = pad([extra[id(e)]["ref"] for e in mb.episodes])
-                kl = A.masked_mean(A.kl_estimate(logp, ref, self.algo.kl_estimator), mask)
+                kl = A.aggregate(A.kl_estimate(logp, ref, self.algo.kl_estimator), mask,
+                                 self.algo.aggregation, norm_len, denom)
                 loss = loss + self.algo.kl_coef * kl
                 stats["kl"] = kl.detach()
-            # FSDP averages gradients over the ranks; the shares already weigh each rank's
-            # part of the whole mini-batch, so scale by the world size to get their sum.
-            (loss * (share * self.world)).backward()
+            # FSDP averages gradients over the ranks; each rank's terms are already its part
+            # of the whole mini-batch, so scale by the world size to get their sum.
+            (loss * self.world).backward()
             for k, v in {"loss": loss.detach(), **stats}.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * share
+                sums[k] = sums.get(k, 0.0) + float(v)
             if self.critic is not None:
-                self._critic_backward(mb, extra, pad, mask, share, sums)
+                self._critic_backward(mb, extra, pad, mask, total_tokens, sums)
         if self.world > 1:  # each rank summed its share of the mini-batch
             parts = D.all_gather(sums)
             sums = {k: sum(p.get(k, 0.0) for p in parts) for k in
@@ -311,15 +337,18 @@ class Learner:
         return {**sums, "grad_norm": float(grad_norm), "lr": self.lr()}
 
     def _critic_backward(self, mb: MicroBatch, extra: dict[int, dict[str, Tensor]],
-                         pad: Any, mask: Tensor, share: float, sums: dict[str, float]) -> None:
+                         pad: Any, mask: Tensor, total_tokens: int,
+                         sums: dict[str, float]) -> None:
+        """The critic's share of the mini-batch's value loss (a token mean over the whole
+        mini-batch's agent tokens), backward."""
         assert self.critic is not None
         with autocast(self.device, self.dtype):
             values = pad(self.critic.values(mb, self.device)).float()
         ret = pad([extra[id(e)]["ret"] for e in mb.episodes])
         old_v = pad([extra[id(e)]["old_v"] for e in mb.episodes])
-        vloss, _ = A.value_loss(values, old_v, ret, mask, clip=0.2)
-        (vloss * share).backward()
-        sums["value_loss"] = sums.get("value_loss", 0.0) + float(vloss.detach()) * share
+        vloss, _ = A.value_loss(values, old_v, ret, mask, clip=0.2, denominator=total_tokens)
+        vloss.backward()
+        sums["value_loss"] = sums.get("value_loss", 0.0) + float(vloss.detach())
 
     def lr(self) -> float:
         """Linear warmup over `warmup_steps`, then constant."""
