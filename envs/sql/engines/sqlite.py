@@ -4,8 +4,15 @@ Safety comes from SQLite itself, not from inspecting the SQL text:
 - the file is opened `mode=ro` (and `immutable=1`: no locks, since nobody writes it), so
   DROP/UPDATE/INSERT fail with "attempt to write a readonly database";
 - an authorizer allows only reading: no ATTACH (other files), no TEMP tables/views/triggers
-  (they would shadow real tables for the gold query), no PRAGMA assignments, no
-  `load_extension`; read-only PRAGMAs such as `table_info` stay allowed for exploration;
+  (they would shadow real tables for the gold query), no PRAGMA assignments; read-only
+  PRAGMAs such as `table_info` stay allowed for exploration;
+- SQL functions by allowlist (`ALLOWED_FUNCTIONS`): the aggregate, core scalar, date/time,
+  math, JSON and window functions that Spider/BIRD/SynSQL queries and agents use. SQLite runs
+  in this (the host's) process, and some built-ins are not data functions: `fts3_tokenizer`
+  returns a pointer into libsqlite3 and, with two arguments, installs a tokenizer at any
+  address; `load_extension` loads a shared library; `fts5()` returns a pointer too;
+  `rtreenode`, `sqlite_log` and the FTS auxiliaries have no use on these databases. A
+  built-in added by a newer SQLite stays refused until it is listed here;
 - a progress handler interrupts a statement past `timeout_s` (a recursive CTE that never
   ends, a cross join of millions of rows), and one watchdog thread per process interrupts
   it too (`_Watchdog`): the handler runs every 10k VM instructions, and when each row
@@ -43,6 +50,39 @@ _ALLOW = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, getattr(sqlite3, "SQLITE_R
 _READ_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info",
                  "index_xinfo", "foreign_key_list"}
 _FUNC = getattr(sqlite3, "SQLITE_FUNCTION", 31)
+#: The SQL functions a query may call (SQLite's lower-case names). Everything else that SQLite
+#: knows is refused with an observation that names the function; an unknown name is SQLite's
+#: own "no such function". Newer SQLite versions' data functions (concat, string_agg, unhex,
+#: timediff, jsonb_*, median, ...) are listed so that they work where the library has them.
+ALLOWED_FUNCTIONS = frozenset({
+    # aggregates
+    "avg", "count", "group_concat", "max", "min", "string_agg", "sum", "total",
+    "median", "percentile", "percentile_cont", "percentile_disc",
+    # core scalar
+    "abs", "changes", "char", "coalesce", "concat", "concat_ws", "format", "glob", "hex",
+    "if", "ifnull", "iif", "instr", "last_insert_rowid", "length", "like", "likelihood",
+    "likely", "lower", "ltrim", "nullif", "octet_length", "printf", "quote", "random",
+    "randomblob", "replace", "round", "rtrim", "sign", "soundex", "sqlite_source_id",
+    "sqlite_version", "substr", "substring", "total_changes", "trim", "typeof", "unhex",
+    "unicode", "unistr", "unistr_quote", "unlikely", "upper", "zeroblob",
+    # date and time
+    "current_date", "current_time", "current_timestamp", "date", "datetime", "julianday",
+    "strftime", "time", "timediff", "unixepoch",
+    # math
+    "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "ceiling", "cos",
+    "cosh", "degrees", "exp", "floor", "ln", "log", "log10", "log2", "mod", "pi", "pow",
+    "power", "radians", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
+    # JSON (the -> and ->> operators are functions to the authorizer)
+    "->", "->>", "json", "json_array", "json_array_length", "json_error_position",
+    "json_extract", "json_group_array", "json_group_object", "json_insert", "json_object",
+    "json_patch", "json_pretty", "json_quote", "json_remove", "json_replace", "json_set",
+    "json_type", "json_valid", "jsonb", "jsonb_array", "jsonb_extract",
+    "jsonb_group_array", "jsonb_group_object", "jsonb_insert", "jsonb_object", "jsonb_patch",
+    "jsonb_remove", "jsonb_replace", "jsonb_set",
+    # window functions
+    "cume_dist", "dense_rank", "first_value", "lag", "last_value", "lead", "nth_value",
+    "ntile", "percent_rank", "rank", "row_number",
+})
 MAX_VALUE_BYTES = 256 << 10
 MAX_COLUMNS = 1000
 MAX_TEMP_BYTES = 1 << 30
@@ -141,6 +181,7 @@ class SQLiteEngine(Engine):
         self._cons: dict[str, sqlite3.Connection] = {}
         self._lock = threading.Lock()
         self._deadline = 0.0
+        self._refused = ""  # the function the authorizer refused in the running statement
 
     def _connect(self, db_id: str, path: Path) -> sqlite3.Connection:
         con = self._cons.get(db_id)
@@ -155,6 +196,12 @@ class SQLiteEngine(Engine):
                 widest = con.execute(
                     "SELECT max((SELECT count(*) FROM pragma_table_info(name))) FROM "
                     "sqlite_master WHERE type = 'table'").fetchone()[0] or 0
+            # JSON's table-valued functions are eponymous virtual tables: their first use on
+            # a connection writes their schema, which the authorizer below refuses; made
+            # here, before it, they serve queries (sqlite_stmt and dbstat stay refused)
+            for vtab in ("json_each", "json_tree"):
+                with contextlib.suppress(sqlite3.Error):
+                    con.execute(f"SELECT count(*) FROM {vtab}('[]')").fetchone()
             con.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, max(self.max_columns, widest))
             con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.max_value_bytes)
             con.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, _LIKE_PATTERN)
@@ -164,12 +211,14 @@ class SQLiteEngine(Engine):
             self._cons[db_id] = con
         return con
 
-    @staticmethod
-    def _authorize(action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
+    def _authorize(self, action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
         if action in _ALLOW:
             return sqlite3.SQLITE_OK
         if action == _FUNC:
-            return sqlite3.SQLITE_DENY if arg2 == "load_extension" else sqlite3.SQLITE_OK
+            if (arg2 or "").lower() in ALLOWED_FUNCTIONS:
+                return sqlite3.SQLITE_OK
+            self._refused = self._refused or str(arg2)
+            return sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_PRAGMA and (
                 arg2 is None or (arg1 or "").lower() in _READ_PRAGMAS):
             return sqlite3.SQLITE_OK  # PRAGMA x = y would change the connection
@@ -189,10 +238,16 @@ class SQLiteEngine(Engine):
             self._deadline = now + self.timeout_s
             # the progress handler usually ends a statement on time before the watchdog
             _WATCHDOG.arm(con, now, self._deadline + 0.1, self.max_temp_bytes)
+            self._refused = ""
             try:
                 r = self._run(con, sql, limit)
             finally:
                 why = _WATCHDOG.disarm(con)
+            refused, self._refused = self._refused, ""
+        if refused and not r.ok:
+            return QueryResult(error=clip(
+                f"not authorized: the function {refused}() is not available here (allowed: "
+                "aggregate, core scalar, date/time, math, JSON and window functions)"))
         if why == "written" and not r.ok:
             return QueryResult(error=f"query interrupted: it wrote more than "
                                f"{self.max_temp_bytes >> 20} MiB of temporary files (a sort, "
