@@ -507,6 +507,7 @@ def verify():
         emit("insecure")
         os._exit(0)
     tests, limit = spec["tests"], float(spec["limit"])
+    _preimport(spec)
     budget_end = time.monotonic() + float(spec["budget"])
     srv = _Server(source, spec["setup"], limit)
 
@@ -545,12 +546,31 @@ def verify():
 
 def _namespace(srv, spec):
     """The tests' namespace: the program's names (stubs calling into the server), then the
-    setup code and the check function, whose names win; builtins are our own."""
+    setup code and the check function, whose names win; builtins are our own.
+
+    Modules come by import only, never from the program: a name the tests use that is a
+    module's name (`math` in `math.isclose(...)`, which MBPP's tests take from the program's
+    `import math`) is that module, imported here, whatever the program bound to it (`math =
+    Fake()` whose `isclose` says yes, or `import cmath as math`). The program only chooses
+    which module an alias stands for (`import numpy as np`), and that module is imported
+    here too (unless it is a conventional alias: `np` is numpy). A name the tests call
+    directly (`array(...)`) is the program's function, as are the other names the tests use
+    (the functions and values under test)."""
     ns = {"__name__": "tests", "__builtins__": builtins}
-    mentioned = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(
-        [spec["setup"], spec["post"], *spec["tests"]])))
+    text = "\n".join([spec["setup"], spec["post"], *spec["tests"]])
+    mentioned = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
     for name, what in (srv.names or {}).items():
         if type(name) is not str or hasattr(builtins, name) or type(what) is not list:
+            continue
+        module = _ALIASES.get(name, name)
+        if name in mentioned and _importable(module) and not _called(name, text):
+            # a module's name: the module itself, unless the program bound it to a module
+            # of that name deeper in a package (`import numpy.random as random`)
+            if what[:1] == ["module"] and len(what) == 2 and type(what[1]) is str and \
+                    what[1].rsplit(".", 1)[-1] == name and _importable(what[1]):
+                module = what[1]
+            with contextlib.suppress(BaseException):  # one we cannot import stays unknown
+                ns[name] = __import__(module, fromlist=["_"])
             continue
         if what[:1] == ["call"]:
             ns[name] = _Remote(srv, None, "g", name)  # a name: valid in every run
@@ -567,16 +587,54 @@ def _namespace(srv, spec):
 
 
 _THIRD_PARTY = frozenset({"numpy", "scipy", "sympy", "pandas"})
+#: Aliases that name one module by convention: the tests get that module, never the
+#: program's object of that name.
+_ALIASES = {"np": "numpy", "pd": "pandas"}
+
+
+def _called(name, text):
+    """Whether the tests call `name(...)` itself (not `x.name(...)`): then it is a function
+    of the program's, which a module could not be."""
+    return re.search(r"(?<![\w.])" + re.escape(name) + r"\s*\(", text) is not None
 
 
 def _importable(module):
     """Whether the tests may use the program's import of `module` (the standard library and
     the scientific stack; nothing that acts on import)."""
-    if type(module) is not str or not module:
+    if type(module) is not str or not module or module.startswith("_"):
         return False
     top = module.split(".")[0]
-    std = getattr(sys, "stdlib_module_names", ())
-    return (top in std or top in _THIRD_PARTY) and top not in ("antigravity", "this")
+    return (top in _THIRD_PARTY or _stdlib(top)) and top not in ("antigravity", "this")
+
+
+def _stdlib(top):
+    std = getattr(sys, "stdlib_module_names", None)  # Python 3.10+
+    if std is not None:
+        return top in std
+    if top in sys.builtin_module_names:
+        return True
+    try:  # 3.8/3.9: where the module would come from, without importing it
+        import importlib.util
+        import sysconfig
+
+        origin = getattr(importlib.util.find_spec(top), "origin", None) or ""
+        base = sysconfig.get_paths()["stdlib"] + os.sep
+    except Exception:
+        return False
+    return origin.startswith(base) and "-packages" + os.sep not in origin
+
+
+def _preimport(spec):
+    """Import the modules the tests may name (setup, check code and tests: `import random`
+    in a check function, `math` taken from the program) before the program runs, so that
+    the test code gets them as they were, not as a program that wrote to the sandbox's
+    Python left them; a later import is sys.modules' copy."""
+    text = "\n".join([spec["setup"], spec["post"], *spec["tests"]])
+    for name in sorted(set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))):
+        module = _ALIASES.get(name, name)
+        if _importable(module):
+            with contextlib.suppress(BaseException):  # missing here: the test will say so
+                __import__(module)
 
 
 def _undumpable():
