@@ -24,9 +24,16 @@ isolation, for development only.
 
 Which limits hold (verified on Debian 12, kernel 6.18, bwrap 0.8: as root, and as a plain
 user with and without bwrap):
-- memory: RLIMIT_AS = `memory_mb` (address space), always. Allocations past it fail
-  (MemoryError, malloc NULL), so a hog dies or exits non-zero; programs that reserve much
-  more virtual memory than they use (JVM, some Go/Rust runtimes) need a larger `memory_mb`.
+- memory: a memory cgroup per sandbox (`local_cgroup`) limited to `memory_mb` without swap,
+  which every command's processes enter before bwrap starts: every page they allocate counts,
+  tmpfs, memfd and shared memory included, and past the limit the cgroup's OOM killer kills
+  one of them (exit 137: the command's failure). Without cgroups (not root, no memory
+  controller) `memory_cgroup="auto"` warns and goes on with RLIMIT_AS alone, "require"
+  refuses to start. And RLIMIT_AS = `memory_mb` (address space), always: allocations past
+  it fail (MemoryError, malloc NULL), so a hog dies or exits non-zero; programs that reserve
+  much more virtual memory than they use (JVM, some Go/Rust runtimes) need a larger
+  `memory_mb`. bwrap 0.8+ also forbids nested user namespaces (`--disable-userns`), where
+  a command could mount tmpfs of any size.
 - processes (`pids`): RLIMIT_NPROC, which the kernel counts per real uid and ignores for
   root. As root each sandbox therefore runs as its own unprivileged uid (1.9e9 + random),
   which makes the count exactly the sandbox's processes and lets us kill them all. As
@@ -74,8 +81,9 @@ from pathlib import Path
 
 from skyhub.errors import SandboxUnavailable, SkyhubError, UsageError
 from skyhub.sandbox import base as _b
-from skyhub.sandbox import guest
+from skyhub.sandbox import guest, local_cgroup
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
+from skyhub.sandbox.local_cgroup import MemoryCgroup
 from skyhub.sandbox.local_scratch import (
     ENV_DIR,
     LABEL_FILE,
@@ -131,8 +139,10 @@ def _bwrap_problem(bwrap: str, uid: int | None) -> str:
     key = uid is not None
     if key not in _bwrap_checked:
         try:
-            r = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/",
-                                "/", "true"], capture_output=True, timeout=30,
+            nested = ["--unshare-user", "--disable-userns"] if _bwrap_disables_userns(
+                bwrap) else []
+            r = subprocess.run([bwrap, "--unshare-all", *nested, "--die-with-parent",
+                                "--ro-bind", "/", "/", "true"], capture_output=True, timeout=30,
                                preexec_fn=lambda: drop_to(uid))
             why = "" if r.returncode == 0 else r.stderr.decode(errors="replace").strip()
         except (OSError, subprocess.SubprocessError) as e:
@@ -159,6 +169,32 @@ def _check_mounts(mounts: dict[str, str], workdir: str) -> dict[str, str]:
 
 
 @functools.cache
+def _bwrap_disables_userns(bwrap: str) -> bool:
+    """Whether this bwrap has `--disable-userns` (0.8 and later): without it a command can
+    make a nested user namespace and, inside it, mount what it likes (e.g. unsized tmpfs;
+    with a memory cgroup those pages are still charged to the sandbox)."""
+    try:
+        r = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--disable-userns" in r.stdout + r.stderr
+
+
+_warned_no_cgroup = False
+
+
+def _warn_no_cgroup(why: str) -> None:
+    global _warned_no_cgroup
+    if not _warned_no_cgroup:
+        _warned_no_cgroup = True
+        warnings.warn(f"skyhub local sandboxes run without a memory cgroup ({why}): memory_mb "
+                      "bounds each process's address space only, so tmpfs, memfd and shared "
+                      "memory pages are not counted. Run as root on a host with the cgroup "
+                      "memory controller, or pass memory_cgroup='require' to refuse instead.",
+                      RuntimeWarning, stacklevel=4)
+
+
+@functools.cache
 def _bwrap_sizes_tmpfs(bwrap: str) -> bool:
     """Whether this bwrap has `--size` (0.5 and later): without it tmpfs mounts are unsized."""
     try:
@@ -177,7 +213,10 @@ class LocalSandbox(Sandbox):
                  network: bool = False, workdir: str = "/work", pids: int = _b.DEFAULT_PIDS,
                  max_output: int = _b.DEFAULT_MAX_OUTPUT, pool: str | None = None,
                  isolation: str = "auto", mounts: dict[str, str] | None = None,
-                 disk_mb: int | None = None) -> None:
+                 disk_mb: int | None = None, memory_cgroup: str | None = None) -> None:
+        """`memory_cgroup`: "auto" (a memory cgroup of `memory_mb` when one can be made,
+        else RLIMIT_AS alone, with a one-time warning), "require" (SandboxUnavailable where
+        none can be made) or "off"; None reads `$SKYHUB_MEMORY_CGROUP` (default "auto")."""
         if image is not None:
             raise ValueError(f"the local sandbox backend runs commands on this host's own system "
                              f"and cannot use image {image!r}; pass image=None, or use "
@@ -205,6 +244,7 @@ class LocalSandbox(Sandbox):
             _warn_weak(problem or "isolation='none'")
         self.isolation = "bwrap" if self.bwrap else "none"
         self.prlimit = shutil.which("prlimit") if self.bwrap else None
+        self._cgroup = self._make_cgroup(memory_cgroup)  # first: "require" refuses early
         self._root = make_base() / self.id
         self._work, self._snaps = self._root / "work", self._root / "snapshots"
         self._root.mkdir(mode=0o711)
@@ -226,6 +266,26 @@ class LocalSandbox(Sandbox):
         n, start = max(1, math.ceil(cpus)), random.randrange(len(cores))
         self._cores = None if n >= len(cores) else {cores[(start + i) % len(cores)]
                                                      for i in range(n)}
+
+    def _make_cgroup(self, mode: str | None) -> MemoryCgroup | None:
+        """The sandbox's memory cgroup (see `local_cgroup`), or None where `mode` allows."""
+        mode = local_cgroup.default_mode() if mode is None else mode
+        if mode not in local_cgroup.MODES:
+            raise ValueError(f"memory_cgroup must be one of {local_cgroup.MODES}, not {mode!r}")
+        if mode == "off":
+            return None
+        try:
+            return MemoryCgroup.create(self.id, self.memory_mb)
+        except (OSError, SandboxUnavailable) as e:
+            why = str(e) if isinstance(e, SandboxUnavailable) else f"{e.strerror or e}"
+            if mode == "require":
+                raise SandboxUnavailable(
+                    f"local sandbox with memory_cgroup='require': no memory cgroup ({why}). "
+                    "Run as root on a host with the cgroup memory controller mounted, set "
+                    f"${local_cgroup.ENV_PARENT} to a cgroup directory delegated to you, or "
+                    "pass memory_cgroup='auto'") from e
+            _warn_no_cgroup(why)
+            return None
 
     def _write_etc(self) -> None:
         """The sandbox's /etc, `<root>/etc`, bound read-only by `_bwrap_argv`: its own files,
@@ -313,6 +373,9 @@ class LocalSandbox(Sandbox):
 
     def _bwrap_argv(self, cwd: str, die_with_parent: bool = True) -> list[str]:
         argv = [str(self.bwrap), "--unshare-all", *(["--share-net"] if self.network else []),
+                # no nested user namespace: inside one, `mount -t tmpfs` makes unsized tmpfs
+                *(["--unshare-user", "--disable-userns"] if _bwrap_disables_userns(
+                    str(self.bwrap)) else []),
                 *(["--die-with-parent"] if die_with_parent else []), "--new-session",
                 "--hostname", "sandbox"]
         for d in _RO_DIRS:
@@ -343,6 +406,7 @@ class LocalSandbox(Sandbox):
     def _limits(self) -> Callable[[], None]:
         """The preexec_fn that applies rlimits, CPU pinning and the sandbox uid."""
         mem, uid, cores, disk = self.memory_mb << 20, self.uid, self._cores, self.disk_mb << 20
+        cgroup = self._cgroup
         if uid is not None:
             nproc: int | None = self.pids + (2 if self.bwrap else 0)  # bwrap's own two
         elif self.bwrap and self.prlimit:
@@ -351,6 +415,8 @@ class LocalSandbox(Sandbox):
             nproc = self.pids + sum(u == os.getuid() for u in proc_uids().values())
 
         def apply() -> None:
+            if cgroup is not None:  # first: moving into a cgroup needs our own uid
+                cgroup.enter()
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
@@ -529,12 +595,16 @@ class LocalSandbox(Sandbox):
     def kill_processes(self) -> None:
         """SIGKILL every process this sandbox's commands started."""
         kill_sandbox(self.id, self.uid)
+        if self._cgroup is not None:  # whatever uid or environment they have now
+            self._cgroup.kill()
 
     def _close(self) -> None:
         if hasattr(self, "_root"):
             self.kill_processes()
             if self.bwrap is None:
                 remove_owned(self.uid)
+            if self._cgroup is not None:
+                self._cgroup.remove()
             rmtree(self._root)
 
 

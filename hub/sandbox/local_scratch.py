@@ -222,6 +222,9 @@ def reap(older_than_s: float = 0.0, dry_run: bool = False,
                     errors.append(why)
                 continue
         removed.append(s["id"])
+    from skyhub.sandbox import local_cgroup  # their memory cgroups, wherever their scratch
+
+    local_cgroup.reap_orphans(dry_run=dry_run, errors=errors)
     return removed
 
 
