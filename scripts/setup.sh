@@ -69,7 +69,12 @@ case ",$extras," in
       "prime-pydantic-config[toml]==0.4.3" "prime-tunnel==0.1.15" "renderers==0.1.12" \
       "setproctitle==1.3.8" "tenacity==9.2.1" "tomli-w==1.2.0" "uvloop==0.23.0" \
       "fastmcp==3.4.11" "mcp==1.30.0" "chz==0.4.0" "blobfile==3.3.0" "pyrage==1.4.0" \
-      "termcolor==3.3.0" "tiktoken==0.14.0" "datasets==5.2.0" "aiohttp==3.14.5" ;;
+      "termcolor==3.3.0" "tiktoken==0.14.0" "datasets==5.2.0" "aiohttp==3.14.5"
+    # the RL references the trainer's losses are tested against (tests/support/reference_rl.py
+    # runs their source files): their dependencies need CUDA, skyrl-train says Python 3.12
+    say "installing the trainer's reference implementations (skyrl-train, openrlhf)"
+    "${pip[@]}" install --no-deps --ignore-requires-python "skyrl-train==0.3.1" \
+      "openrlhf==0.11.2" ;;
 esac
 echo "$want" > "$stamp"
 say "done: $(.venv/bin/skyhub --version)"
