@@ -23,6 +23,7 @@ send/recv) run on one mechanism.
 from __future__ import annotations
 
 import queue
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from gymnasium.vector import AutoresetMode
 
 from skyhub.errors import UsageError
 from skyhub.spaces import UnicodeText
-from skyhub.vector.executors import Executor, ThreadExecutor, get_executor
+from skyhub.vector.executors import Executor, LocalWorker, ThreadExecutor, get_executor
 from skyhub.vector.runner import Result, Runner, infra_error_info
 
 if TYPE_CHECKING:
@@ -67,6 +68,43 @@ _INLINE_BELOW_S = 500e-6
 _INLINE_SAMPLES = 3
 
 
+def may_block(env: Any, holds_sandbox: bool | None = None) -> bool:
+    """Whether a step of `env` may block for long (a verifier, a sandbox call), so that it
+    must never run inline on the VectorEnv's thread, however fast its earlier steps were: a
+    nop agent's quick turns made a Harbor env inline, and its last step ran a 600 s verifier
+    there while every other episode waited.
+
+    An env says so with a `blocking_steps` attribute (True or False; it decides). Otherwise
+    its steps may block when it holds a sandbox (as an attribute, or an attribute of one of
+    its attributes: a shell session, a grader), or when its next step is its last by the
+    turn budget (`turn + 1 >= max_turns`): an episode's end is where verifiers run.
+    `holds_sandbox`: the sandbox check's answer when the caller already has it (the
+    VectorEnv makes it after each reset: ~15 us over an env's attributes, too much for
+    every step of an env whose steps take 150 us)."""
+    declared = getattr(env, "blocking_steps", None)
+    if isinstance(declared, bool):
+        return declared
+    max_turns = getattr(env, "max_turns", None)
+    if isinstance(max_turns, int) and getattr(env, "turn", 0) + 1 >= max_turns:
+        return True
+    return _holds_sandbox(env) if holds_sandbox is None else holds_sandbox
+
+
+def _holds_sandbox(env: Any) -> bool:
+    base = sys.modules.get("skyhub.sandbox.base")
+    if base is None:  # no sandbox was ever made in this process
+        return False
+    sandbox = base.Sandbox
+    for value in list(getattr(env, "__dict__", {}).values()):
+        if isinstance(value, sandbox):
+            return True
+        inner = getattr(value, "__dict__", None)
+        if isinstance(inner, dict) and any(isinstance(v, sandbox)
+                                           for v in list(inner.values())):
+            return True
+    return False
+
+
 @dataclass
 class _Slot:
     runner: Runner
@@ -76,6 +114,7 @@ class _Slot:
     step_time: float = 0.0  # exponential moving average of step durations
     steps_seen: int = 0
     reset_time: float = 1.0  # the last reset's duration (slow until one is measured)
+    holds_sandbox: bool | None = None  # the env's, looked at after its last reset
 
     def observe(self, duration: float) -> None:
         """Moving average of step durations: one step 5x over the threshold is enough to
@@ -111,7 +150,10 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             worker is killed and the sandboxes it owned are reaped). None waits forever.
         inline_fast_steps: step an env in the calling thread once its steps have proven to
             take under 500 us on average (a thread hop costs as much; the GIL allows little
-            overlap anyway); slow steps send it back to its thread. Envs are never called
+            overlap anyway); slow steps send it back to its thread. A step that may block
+            (`may_block`: the env declares `blocking_steps = True`, holds a sandbox, or is on
+            its last turn) always goes to its thread, and in lockstep the threaded envs start
+            before the inline ones, so one env never holds the others. Envs are never called
             concurrently, but with this on they may be called from more than one thread: turn
             it off for an env bound to the thread that made it (e.g. sqlite3 with
             `check_same_thread=True`).
@@ -205,8 +247,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         ids = self._ids(env_ids)
         seeds = _per_env(seed, ids, "seed", offset=True)
         opts = _per_env(options, ids, "options")
-        for k, i in enumerate(ids):
-            self._dispatch(i, "reset", (seeds[k], opts[k]))
+        self._dispatch_all([(i, "reset", (seeds[k], opts[k])) for k, i in enumerate(ids)])
 
     def send(self, actions: Sequence[str], env_ids: Iterable[int] | None = None) -> None:
         """Start stepping `env_ids` (all by default) with `actions` (one per id); returns at
@@ -224,11 +265,9 @@ class VectorEnv(gymnasium.vector.VectorEnv):
                 raise UsageError(f"env {i} has finished its episode and autoreset is disabled: "
                                   "reset it first (reset(options={'reset_mask': mask}) or "
                                   f"async_reset([{i}]))")
-        for i, action in zip(ids, actions, strict=True):
-            if self._slots[i].needs_reset:
-                self._dispatch(i, "reset", (None, None))
-            else:
-                self._dispatch(i, "step", action)
+        work = [(i, "reset", (None, None)) if self._slots[i].needs_reset else (i, "step", action)
+                for i, action in zip(ids, actions, strict=True)]
+        self._dispatch_all(work)
 
     def recv(self, min_ready: int = 1, timeout: float | None = None,
              ) -> tuple[np.ndarray, tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, Any]:
@@ -316,11 +355,33 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             raise ValueError(f"duplicate env ids in {ids}")
         return ids
 
-    def _dispatch(self, i: int, kind: str, payload: Any) -> None:
+    def _dispatch_all(self, work: list[tuple[int, str, Any]]) -> None:
+        """Start every (env id, kind, payload): those for threads first, then those run
+        inline, so that an inline step never delays another env's start."""
+        inline = {i for i, kind, _ in work if self._runs_inline(i, kind)}
+        for i, kind, payload in work:
+            if i not in inline:
+                self._dispatch(i, kind, payload, inline=False)
+        for i, kind, payload in work:
+            if i in inline:
+                self._dispatch(i, kind, payload, inline=True)
+
+    def _runs_inline(self, i: int, kind: str) -> bool:
+        slot = self._slots[i]
+        if not self._inline_ok or not (slot.inline if kind == "step" else
+                                       kind == "reset" and slot.inline_reset):
+            return False
+        worker = slot.runner.worker
+        if not isinstance(worker, LocalWorker):
+            return False
+        if slot.holds_sandbox is None:
+            slot.holds_sandbox = _holds_sandbox(worker.env)
+        return not may_block(worker.env, slot.holds_sandbox)
+
+    def _dispatch(self, i: int, kind: str, payload: Any, *, inline: bool) -> None:
         slot = self._slots[i]
         slot.in_flight, slot.sent_at = True, time.monotonic()
-        if self._inline_ok and (slot.inline if kind == "step" else
-                                kind == "reset" and slot.inline_reset):
+        if inline:
             self._ready.append((i, slot.runner.generation, kind, slot.runner.run(kind, payload)))
         else:
             slot.runner.inbox.put((kind, payload, self._results))
@@ -365,6 +426,8 @@ class VectorEnv(gymnasium.vector.VectorEnv):
 
     def _settle(self, slot: _Slot, r: Result, kind: str = "step") -> Result:
         slot.in_flight = False
+        if kind == "reset":
+            slot.holds_sandbox = None  # looked at again before its next inline step
         if r.duration and kind == "reset":
             slot.reset_time = r.duration
         elif r.duration:
@@ -414,7 +477,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         if busy:
             raise UsageError(f"envs {busy} have a step in flight: recv() them before call()")
         values = {}
-        if self._inline_ok and all(self._slots[i].inline for i in ids):
+        if all(self._runs_inline(i, "step") for i in ids):
             # envs whose steps run inline are safe to call inline too (same thread rules),
             # and a call is usually cheaper than the thread hop (an eval's reference action)
             for i in ids:
