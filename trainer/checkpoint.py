@@ -6,7 +6,9 @@
                     vLLM serves it
       learner/      torch.distributed.checkpoint: weights and AdamW's state, each rank
                     writing its own shard; any number of ranks reads it back (resharding)
-      learner.pt    steps taken, rank 0's RNG states, the critic (PPO, unsharded)
+      learner.pt    steps taken, the critic (PPO, unsharded)
+      rng/rank_R.pt each rank's random generators (Python, NumPy, torch CPU and CUDA): a
+                    resumed run draws what the uninterrupted one would have drawn
       state.json    the loop's (step, task sampler): written by loop.py
 
 `learner/` is what a resumed run loads, so it continues with the very float32 weights and
@@ -33,9 +35,10 @@ def save_learner(learner: Any, path: Path) -> None:
     if rank0:
         export_model(learner.model, full if learner.sharded else None, path / "model")
     dcp.save(_state(learner), checkpoint_id=str(path / "learner"), no_dist=not learner.sharded)
+    (path / "rng").mkdir(exist_ok=True)
+    torch.save(rng_state(), path / "rng" / f"rank_{learner.rank}.pt")
     if rank0:
-        state: dict[str, Any] = {"steps": learner.steps, "torch_rng": torch.get_rng_state(),
-                                 "python_rng": random.getstate()}
+        state: dict[str, Any] = {"steps": learner.steps}
         if learner.critic is not None:
             state["critic"] = learner.critic.state_dict()
             state["critic_optimizer"] = learner.critic_opt.state_dict()
@@ -62,12 +65,38 @@ def load_learner(learner: Any, path: Path) -> None:
     set_optimizer_state_dict(learner.policy, learner.opt, state["optim"])
     meta = torch.load(path / "learner.pt", weights_only=False)
     learner.steps = meta["steps"]
-    if learner.rank == 0:
+    rng = path / "rng" / f"rank_{learner.rank}.pt"
+    if rng.is_file():
+        set_rng_state(torch.load(rng, weights_only=False))
+    elif learner.rank == 0 and "torch_rng" in meta:  # a checkpoint from before rng/
         torch.set_rng_state(meta["torch_rng"])
         random.setstate(meta["python_rng"])
     if learner.critic is not None and "critic" in meta:
         learner.critic.load_state_dict(meta["critic"])
         learner.critic_opt.load_state_dict(meta["critic_optimizer"])
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's random generators: Python's, NumPy's, torch's CPU and CUDA ones."""
+    import numpy as np
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Put back what `rng_state` recorded (CUDA's only on a machine with as many GPUs)."""
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and \
+            torch.cuda.device_count() == len(state["cuda"]):
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def export_model(lm: Any, state_dict: dict[str, torch.Tensor] | None, out: Path) -> None:
@@ -108,4 +137,4 @@ def _barrier(learner: Any) -> None:
         dist.barrier()
 
 
-__all__ = ["export_model", "load_learner", "save_learner"]
+__all__ = ["export_model", "load_learner", "rng_state", "save_learner", "set_rng_state"]

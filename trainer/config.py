@@ -49,6 +49,10 @@ class EnvConfig:
     num_envs: int = 8
     eval_id: str | None = None
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Train only on tasks whose prompt (system + first observation, chat-templated with the
+    # generation prompt) is at most this many tokens: SkyRL's trainer.max_prompt_length
+    # filter of its dataset. null: every task. Costs one env reset per task at start.
+    max_prompt_tokens: int | None = None
 
 
 @dataclass
@@ -91,7 +95,12 @@ class AlgoConfig:
     # reinforce++ only: subtract each prompt's mean reward before whitening over the batch
     # (OpenRLHF's reinforce_baseline)
     reinforce_baseline: bool = False
-    tis_cap: float | None = 2.0  # truncated importance sampling against engine logprobs
+    # Truncated importance sampling against the engine's logprobs (null: off). Applied only
+    # where the engine's weights can differ from the learner's (vLLM, or an asynchronous
+    # loop): the hf engine in a synchronous loop samples with the learner's own weights, so
+    # its logprobs differ from the learner's only by float rounding, and a weight made of
+    # that rounding would make the step depend on how requests were batched.
+    tis_cap: float | None = 2.0
     gamma: float = 1.0  # gae only
     lam: float = 0.95  # gae only
 
@@ -116,13 +125,26 @@ class LoopConfig:
     max_staleness: int = 1  # policy versions a sample may lag behind, in async mode
     total_epochs: int = 1  # passes over the env's tasks
     max_steps: int | None = None
+    # Steps per epoch: tasks // train_batch_size, each epoch's remainder left out (a torch
+    # DataLoader's drop_last, as SkyRL runs); false: ceil(total_epochs x tasks / batch), a
+    # batch running on into the next epoch.
+    drop_last: bool = False
     eval_every: int = 5
+    eval_before_train: bool = False  # also evaluate the starting policy (logged as step 0)
+    # Eval tasks played per batch (each batch finishes before the next starts: SkyRL's
+    # eval_batch_size); null: all of them at once (rollout.max_in_flight still caps them).
+    eval_batch_size: int | None = None
     # Tasks of the eval env per evaluation (greedy, one episode each): null for all of them,
     # else a sample of this many, seeded by `seed` and spread over the tasks' databases
     # (meta db_id) when they have one; the same tasks at every evaluation; 0: no evaluation.
     eval_tasks: int | None = 64
-    save_every: int = 50
+    save_every: int = 50  # a full checkpoint (resumable) every N steps, and at the end
+    hf_save_every: int | None = None  # also the model alone, HF format, in out/hf/step_N
     seed: int = 0
+    # torch.use_deterministic_algorithms on a GPU (cuBLAS workspace config, no
+    # nondeterministic kernels; slower: see benchmarks/trainer_gpu.py). A CPU run is
+    # bitwise reproducible without it (same seed and config -> same weights).
+    deterministic: bool = False
     torch_threads: int | None = None  # CPU threads for torch ops (None: torch's default)
     out: str = "runs/default"
     resume: bool = False  # continue from the newest checkpoint in `out`
@@ -345,6 +367,11 @@ def _check_choices(cfg: TrainConfig) -> None:
         raise UsageError("algo.advantage=gae (a critic) is not sharded yet: use "
                          "dist.learner_ranks=1, or a critic-free estimator (grpo, rloo, "
                          "dr_grpo, reinforce++)")
+    for key in ("env.max_prompt_tokens", "loop.eval_batch_size", "loop.hf_save_every"):
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value is not None and value < 1:
+            raise UsageError(f"{key} must be >= 1 or null (off), not {value}")
     if cfg.optim.train_batch_size % cfg.optim.mini_batch_size:
         raise UsageError(f"optim.train_batch_size ({cfg.optim.train_batch_size}) must be a "
                          f"multiple of optim.mini_batch_size ({cfg.optim.mini_batch_size})")

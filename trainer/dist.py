@@ -228,7 +228,7 @@ def serve_learner(cfg: Any) -> None:
     """A rank other than 0: build this rank's shard of the learner from rank 0's description
     of the model (its class and config: the weights come from rank 0), then serve."""
     from skyhub.trainer.learner import Learner
-    from skyhub.trainer.loop import enable_checkpointing
+    from skyhub.trainer.loop import enable_checkpointing, learner_algo
 
     msg = receive()
     if is_stop(msg):
@@ -238,7 +238,7 @@ def serve_learner(cfg: Any) -> None:
         lm = cls(config)
     if cfg.model.gradient_checkpointing:
         enable_checkpointing(lm)
-    serve(Learner(lm, cfg.algo, cfg.optim, shard=True, **kwargs))
+    serve(Learner(lm, learner_algo(cfg), cfg.optim, shard=True, **kwargs))
 
 
 # ------------------------------------------------------------------------------ launching

@@ -47,14 +47,17 @@ class RunSummary:
 
 class TaskSampler:
     """The env's task ids in a seeded random order, epoch after epoch. Its state is part of a
-    checkpoint, so a resumed run trains on the prompts the uninterrupted run would have."""
+    checkpoint, so a resumed run trains on the prompts the uninterrupted run would have.
 
-    def __init__(self, task_ids: list[str], seed: int) -> None:
+    `drop_last`: a batch never runs on into the next epoch; an epoch's remainder (fewer
+    than a batch) is left out, as a DataLoader with drop_last=True leaves it out."""
+
+    def __init__(self, task_ids: list[str], seed: int, drop_last: bool = False) -> None:
         if not task_ids:
             from skyhub.errors import UsageError
 
             raise UsageError("the env has no tasks to train on")
-        self.task_ids, self.seed = task_ids, seed
+        self.task_ids, self.seed, self.drop_last = task_ids, seed, drop_last
         self.epoch, self.pos = 0, 0
         self._order = self._shuffled()
 
@@ -64,6 +67,9 @@ class TaskSampler:
         return order
 
     def next(self, n: int) -> list[str]:
+        if self.drop_last and len(self._order) - self.pos < n:
+            self.epoch, self.pos = self.epoch + 1, 0
+            self._order = self._shuffled()
         out = []
         while len(out) < n:
             if self.pos == len(self._order):
@@ -170,6 +176,80 @@ def eval_task_ids(tasks: Any, n: int | None, seed: int) -> list[str]:
     return [tasks[i].id for i in sorted(spread_sample(tasks, n, seed, "db_id"))]
 
 
+def total_steps(cfg: TrainConfig, n_tasks: int) -> int:
+    """Steps the run takes: `loop.max_steps`, else `total_epochs` passes over `n_tasks`
+    (`drop_last`: whole batches of each epoch only, SkyRL's count)."""
+    if cfg.loop.max_steps:
+        return cfg.loop.max_steps
+    bs = cfg.optim.train_batch_size
+    if cfg.loop.drop_last:
+        if n_tasks < bs:
+            from skyhub.errors import UsageError
+
+            raise UsageError(f"loop.drop_last: the env has {n_tasks} tasks to train on, fewer "
+                             f"than one batch (optim.train_batch_size={bs}): lower the batch, "
+                             "or loop.drop_last=false")
+        return cfg.loop.total_epochs * (n_tasks // bs)
+    return math.ceil(cfg.loop.total_epochs * n_tasks / bs)
+
+
+def filter_prompts(cfg: TrainConfig, task_ids: list[str], chat: Any) -> list[str]:
+    """The tasks whose prompt, as the rollout builds it (system prompt and first observation,
+    chat-templated with the generation prompt), is at most `env.max_prompt_tokens` tokens:
+    SkyRL's prompt-length filter of its dataset. One reset per task, once per run."""
+    limit = cfg.env.max_prompt_tokens
+    if limit is None:
+        return task_ids
+    import skyhub
+
+    keep = []
+    with skyhub.make(cfg.env.id, **cfg.env.kwargs) as env:
+        for tid in task_ids:
+            obs, _ = env.reset(seed=cfg.loop.seed, options={"task_id": tid})
+            if len(chat.prompt_ids(obs, env.unwrapped.system_prompt)) <= limit:
+                keep.append(tid)
+    if not keep:
+        from skyhub.errors import UsageError
+
+        raise UsageError(f"env.max_prompt_tokens={limit}: every one of the {len(task_ids)} "
+                         "tasks' prompts is longer; raise it, or null for no filter")
+    return keep
+
+
+def learner_algo(cfg: TrainConfig) -> Any:
+    """`cfg.algo` as the learner applies it: truncated importance sampling only where the
+    engine's weights can differ from the learner's (see `AlgoConfig.tis_cap`). The hf engine
+    in a synchronous loop samples with the weights the learner is about to train, so the
+    learner's logprobs are the sampling distribution's (every rank builds its learner with
+    this, so all agree)."""
+    same_weights = cfg.rollout.engine == "hf" and cfg.loop.mode == "sync"
+    return replace(cfg.algo, tis_cap=None) if same_weights else cfg.algo
+
+
+def seed_everything(seed: int, deterministic: bool = False) -> None:
+    """Python's, NumPy's and torch's (CPU and every GPU) global generators from `seed`;
+    `deterministic`: torch's deterministic algorithms too (GPU kernels without atomics,
+    cuBLAS with a fixed workspace; errors for an op that has no deterministic version)."""
+    import os
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+
+
+def by_episode_index(episodes: list[Any]) -> list[Any]:
+    """Trajectories in episode order (group, then sample), whatever order they finished in,
+    so the learner's packing, rank split and float sums are the same run to run."""
+    return sorted(episodes, key=lambda e: (e.group, e.seed))
+
+
 def latest_checkpoint(out: Path) -> Path | None:
     ckpts = sorted((out / "checkpoints").glob("step_*"))
     return ckpts[-1] if ckpts else None
@@ -181,6 +261,10 @@ def episode_metrics(episodes: list[Any], step: int) -> dict[str, float]:
     rewards = [e.reward for e in ok]
     mean = sum(rewards) / n
     versions = [e.min_version for e in ok if e.min_version >= 0]
+    groups: dict[int, set[float]] = {}
+    for e in ok:
+        groups.setdefault(e.group, set()).add(e.reward)
+    lengths = [e.agent_tokens for e in ok] or [0]
     return {"reward_mean": mean,
             "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / n),
             "success_rate": sum(e.outcome == "success" for e in ok) / n,
@@ -189,6 +273,11 @@ def episode_metrics(episodes: list[Any], step: int) -> dict[str, float]:
             "truncated_frac": sum(e.truncated for e in ok) / n,
             "turns_mean": sum(e.turns for e in ok) / n,
             "response_tokens_mean": sum(e.agent_tokens for e in ok) / n,
+            "response_tokens_min": float(min(lengths)),
+            "response_tokens_max": float(max(lengths)),
+            # groups whose samples all scored the same: no signal for GRPO-style estimators
+            "zero_variance_groups": (sum(len(r) == 1 for r in groups.values())
+                                     / max(len(groups), 1)),
             "seq_tokens_mean": sum(len(e.token_ids) for e in ok) / n,
             "staleness_mean": (sum(step - v for v in versions) / len(versions)
                                if versions else 0.0),
@@ -226,7 +315,7 @@ def train(cfg: TrainConfig, *, live: bool | None = None) -> RunSummary:
 
 #: What a training run writes into its `loop.out` (what --overwrite removes; nothing else).
 RUN_FILES = ("checkpoints", "metrics.jsonl", "curves.png", "tensorboard", "episodes",
-             "config.yaml", "tokenizer")
+             "config.yaml", "tokenizer", "hf")
 
 
 def claim_out(out: Path, *, resume: bool, overwrite: bool) -> None:
@@ -275,16 +364,13 @@ def _train_here(cfg: TrainConfig, live: bool | None) -> RunSummary:
 
 
 def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
-    import torch
-
     from skyhub.trainer import dist as D
     from skyhub.trainer.chat import ChatFormat
     from skyhub.trainer.learner import Learner
     from skyhub.trainer.policy import compute_dtype
 
     out = Path(cfg.loop.out)
-    random.seed(cfg.loop.seed)
-    torch.manual_seed(cfg.loop.seed)
+    seed_everything(cfg.loop.seed, cfg.loop.deterministic)
     checkpoint = latest_checkpoint(out) if cfg.loop.resume else None
     if cfg.loop.resume and checkpoint is None:
         from skyhub.errors import UsageError
@@ -311,16 +397,17 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     chat = ChatFormat(tokenizer)
     if r.chat_layout == "assistant-message":
         chat.check_inline()  # a tokenizer this layout cannot use fails before envs start
+    task_ids = filter_prompts(cfg, task_ids, chat)
     rollout_cfg = replace(r, stop=list(r.stop) or list(env_stop))  # empty: the env's
     learner_kwargs = {"temperature": r.temperature, "pad_id": tokenizer.pad_token_id,
                       "pack": cfg.optim.pack, "norm_len": r.max_turns * r.max_tokens_per_turn,
                       "dtype": compute_dtype(cfg.model.dtype, D.device())}
     if sharded:
         D.send((type(model), model.config, learner_kwargs))  # the other ranks build theirs
-        learner: Any = D.ShardedLearner(Learner(model, cfg.algo, cfg.optim, shard=True,
-                                                **learner_kwargs))
+        learner: Any = D.ShardedLearner(Learner(model, learner_algo(cfg), cfg.optim,
+                                                shard=True, **learner_kwargs))
     else:
-        learner = Learner(model, cfg.algo, cfg.optim, **learner_kwargs)
+        learner = Learner(model, learner_algo(cfg), cfg.optim, **learner_kwargs)
     try:
         return _run(cfg, live, t_start, learner, model, tokenizer, chat, rollout_cfg, task_ids,
                     checkpoint, plan)
@@ -341,13 +428,19 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
 
     out, r = Path(cfg.loop.out), cfg.rollout
     sharded = learner.sharded
-    sampler = TaskSampler(task_ids, cfg.loop.seed)
+    sampler = TaskSampler(task_ids, cfg.loop.seed, cfg.loop.drop_last)
     first_step = 0
     if checkpoint is not None:
         learner.load(checkpoint)
         if sharded:
             model.load_state_dict(learner.full_state_dict())
         state = json.loads((checkpoint / "state.json").read_text())
+        if state.get("seed", cfg.loop.seed) != cfg.loop.seed:
+            from skyhub.errors import UsageError
+
+            raise UsageError(f"--resume: {checkpoint} was trained with loop.seed="
+                             f"{state['seed']}, not {cfg.loop.seed}; resume with "
+                             f"loop.seed={state['seed']}, or start a new run (--out)")
         sampler.load(state["sampler"])
         first_step = state["step"]
     asynchronous = cfg.loop.mode == "async"
@@ -363,8 +456,7 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
                                    seed=cfg.loop.seed, **engine_kwargs)
     sleeping = plan is not None and plan.sleep
     sync_weights(engine, model, first_step)
-    total = cfg.loop.max_steps or math.ceil(cfg.loop.total_epochs * len(task_ids)
-                                            / cfg.optim.train_batch_size)
+    total = total_steps(cfg, len(task_ids))
     (out / "config.yaml").write_text(to_yaml(cfg))
     # as many envs as episodes in flight (rollout.max_in_flight; all of a step's by default),
     # so the rollout leases each episode its own
@@ -382,8 +474,14 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
         cfg, rollout, sampler, engine, first_step, total)
     try:
         with log:
+            if cfg.loop.eval_before_train and first_step == 0 and evaluator.enabled():
+                t = time.perf_counter()
+                log.log({"step": 0, **evaluator.run(), "step_s": time.perf_counter() - t,
+                         "elapsed_s": time.perf_counter() - t_start})
+                log.log_episodes("eval/episodes", 0, evaluator.records())
             for step, episodes, sampler_state, rollout_stats in batches:
                 t = time.perf_counter()
+                episodes = by_episode_index(episodes)
                 if sleeping:  # colocated: the learner gets the GPUs' memory for its step
                     engine.sleep(level=1)
                 metrics = learner.train_step(episodes, r.samples_per_prompt)
@@ -395,8 +493,9 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
                     engine.wake_up()
                 sync_weights(engine, model, step + 1)
                 row = {"step": step + 1, "world_size": learner.world,
-                       **episode_metrics(episodes, step), **metrics, **rollout_stats,
-                       "train_s": train_s}
+                       **episode_metrics(episodes, step),
+                       **informative(metrics, cfg), **rollout_stats, "train_s": train_s,
+                       **throughput(episodes, rollout_stats, train_s, cfg.optim.epochs)}
                 if cfg.loop.save_episodes:
                     save_episodes(out, step + 1, episodes, cfg)
                 if evaluator.due(step + 1, total):
@@ -407,6 +506,9 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
                 log.log(row)
                 if (step + 1) % cfg.loop.save_every == 0 or step + 1 == total:
                     _save(out, learner, step + 1, sampler_state, cfg)
+                hf_every = cfg.loop.hf_save_every
+                if hf_every and ((step + 1) % hf_every == 0 or step + 1 == total):
+                    export_hf(out, model, tokenizer, step + 1)
             log.plot()
     finally:
         batches.close()
@@ -414,15 +516,61 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
         venv.close()
         evaluator.close()
         engine.close()
-    rows = log.rows
+    rows = [x for x in log.rows if "reward_mean" in x]  # not eval_before_train's step 0
     tail = rows[-3:] or [{"reward_mean": float("nan")}]
-    evals = [x["eval_reward_mean"] for x in rows if "eval_reward_mean" in x]
+    evals = [x["eval_reward_mean"] for x in log.rows if "eval_reward_mean" in x]
     return RunSummary(out=out, steps=len(rows), reward_first=rows[0]["reward_mean"] if rows
                       else float("nan"),
                       reward_last=sum(x["reward_mean"] for x in tail) / len(tail),
                       eval_reward=evals[-1] if evals else None,
                       seconds=time.perf_counter() - t_start, metrics=rows,
                       eval_env=evaluator.describe())
+
+
+#: Learner statistics that are exactly 1 (ratio, TIS weight) or 0 (clip fraction, approx
+#: KL) unless the policy that is trained differs from the one that sampled.
+OFF_POLICY_KEYS = ("ratio_mean", "clip_frac", "approx_kl", "dual_clip_frac")
+TIS_KEYS = ("tis_weight_mean", "tis_capped_frac")
+
+
+def informative(metrics: dict[str, float], cfg: TrainConfig) -> dict[str, float]:
+    """The learner's statistics less those that cannot differ from their on-policy value in
+    this run: the ratio, clip fraction and approx KL need several epochs or mini-batches
+    (the policy moves between sampling and training) or an asynchronous loop; the TIS
+    weight needs TIS applied (an engine whose weights can differ: `learner_algo`)."""
+    o = cfg.optim
+    moves = (o.epochs > 1 or o.mini_batch_size < o.train_batch_size
+             or cfg.loop.mode == "async" or cfg.rollout.engine != "hf")
+    drop = set(() if moves else OFF_POLICY_KEYS)
+    if learner_algo(cfg).tis_cap is None:
+        drop.update(TIS_KEYS)
+    return {k: v for k, v in metrics.items() if k not in drop}
+
+
+def throughput(episodes: list[Any], rollout_stats: dict[str, Any], train_s: float,
+               epochs: int) -> dict[str, float]:
+    """Tokens per second: sampled by the engine over the rollout's wall time, and trained
+    (every token of every episode the learner used, each epoch) over the learner's."""
+    used = [e for e in episodes if not e.infra_error and e.agent_tokens > 0]
+    gen_s = float(rollout_stats.get("rollout_s") or 0.0)
+    out = {}
+    if gen_s > 0:
+        out["gen_tokens_per_s"] = sum(e.agent_tokens for e in episodes) / gen_s
+    if train_s > 0:
+        out["train_tokens_per_s"] = epochs * sum(len(e.token_ids) for e in used) / train_s
+    return out
+
+
+def export_hf(out: Path, model: Any, tokenizer: Any, step: int) -> Path:
+    """The policy alone in Hugging Face's format (`loop.hf_save_every`, SkyRL's
+    hf_save_interval): `out/hf/step_N`, float32, with its tokenizer. `model` is rank 0's whole
+    copy (sharded runs load it after every step), so no collective is needed."""
+    from skyhub.trainer.checkpoint import export_model
+
+    path = out / "hf" / f"step_{step:06d}"
+    export_model(model, None, path)
+    tokenizer.save_pretrained(path)
+    return path
 
 
 def sync_weights(engine: Any, model: Any, version: int) -> None:
@@ -513,7 +661,7 @@ def _save(out: Path, learner: Any, step: int, sampler_state: dict[str, int],
     path = out / "checkpoints" / f"step_{step:06d}"
     learner.save(path)
     (path / "state.json").write_text(json.dumps({"step": step, "sampler": sampler_state,
-                                                 "recipe": cfg.recipe}))
+                                                 "recipe": cfg.recipe, "seed": cfg.loop.seed}))
     return path
 
 
@@ -536,9 +684,11 @@ class _Evaluator:
         """`toy-recall n_words=6`: what the evaluations ran on, for the summary and logs."""
         return " ".join([self.env_id, *(f"{k}={v}" for k, v in self.kwargs.items())])
 
+    def enabled(self) -> bool:
+        return self.cfg.loop.eval_every > 0 and self.cfg.loop.eval_tasks != 0
+
     def due(self, step: int, total: int) -> bool:
-        every, n = self.cfg.loop.eval_every, self.cfg.loop.eval_tasks
-        return every > 0 and n != 0 and (step % every == 0 or step == total)
+        return self.enabled() and (step % self.cfg.loop.eval_every == 0 or step == total)
 
     def run(self) -> dict[str, float]:
         import skyhub
@@ -551,7 +701,10 @@ class _Evaluator:
                                                            or n)),
                                    autoreset_mode="disabled", **self.kwargs)
             self._rollout = Rollout(venv, self.engine, self.chat, self.rollout_cfg)
-        episodes = self._episodes = self._rollout.run(self._tasks, 1)
+        size = self.cfg.loop.eval_batch_size or len(self._tasks)
+        episodes = self._episodes = [  # batch after batch, each finished before the next
+            e for k in range(0, len(self._tasks), size)
+            for e in self._rollout.run(self._tasks[k:k + size], 1, seed=k // size)]
         m = episode_metrics(episodes, 0)
         return {"eval_reward_mean": m["reward_mean"], "eval_success_rate": m["success_rate"],
                 "eval_infra_errors": m["infra_errors"], "eval_turns_mean": m["turns_mean"],

@@ -16,7 +16,11 @@ from typing import Any
 
 #: Columns of the live table: (metric key, header, format).
 COLUMNS = (("step", "step", "{:.0f}"), ("reward_mean", "reward", "{:.3f}"),
-           ("eval_reward_mean", "eval", "{:.3f}"), ("loss", "loss", "{:+.4f}"),
+           ("eval_reward_mean", "eval", "{:.3f}"),
+           ("zero_variance_groups", "0-var", "{:.2f}"),
+           ("logp_gap_mean", "|dlogp|", "{:.1e}"), ("logp_gap_max", "max", "{:.1e}"),
+           ("ratio_mean", "ratio", "{:.3f}"), ("clip_frac", "clip", "{:.3f}"),
+           ("tis_weight_mean", "tis w", "{:.3f}"),
            ("response_tokens_mean", "resp tok", "{:.1f}"), ("staleness_mean", "stale", "{:.2f}"),
            ("infra_errors", "infra", "{:.0f}"), ("step_s", "step s", "{:.2f}"))
 
@@ -26,7 +30,7 @@ COLUMNS = (("step", "step", "{:.0f}"), ("reward_mean", "reward", "{:.3f}"),
 ROLLOUT_KEYS = frozenset({
     "reward_mean", "reward_std", "success_rate", "episodes", "infra_errors", "truncated_frac",
     "turns_mean", "response_tokens_mean", "seq_tokens_mean", "staleness_mean", "staleness_max",
-    "in_flight_max"})
+    "in_flight_max", "response_tokens_min", "response_tokens_max", "zero_variance_groups"})
 
 
 def metric_tag(key: str) -> str:
@@ -34,7 +38,7 @@ def metric_tag(key: str) -> str:
     curves side by side in TensorBoard instead of one flat list of fifty."""
     if key.startswith("eval_"):
         return f"eval/{key[5:]}"
-    if key.endswith("_s") or key in ("tokens_per_s",):
+    if key.endswith("_s"):  # seconds, and rates (gen_tokens_per_s)
         return f"time/{key}"
     if key in ROLLOUT_KEYS:
         return f"rollout/{key}"
@@ -174,7 +178,12 @@ PANELS = (("reward", ("reward_mean", "eval_reward_mean")),
           ("success rate", ("success_rate", "eval_success_rate")),
           ("loss", ("loss",)), ("KL", ("kl", "approx_kl", "kl_penalty")),
           ("entropy", ("entropy",)), ("clip fraction", ("clip_frac",)),
-          ("gradient norm", ("grad_norm",)), ("response tokens", ("response_tokens_mean",)),
+          ("engine-learner |dlogp|", ("logp_gap_mean", "logp_gap_max")),
+          ("zero-variance groups", ("zero_variance_groups",)),
+          ("gradient norm", ("grad_norm",)),
+          ("response tokens", ("response_tokens_mean", "response_tokens_min",
+                               "response_tokens_max")),
+          ("tokens/s", ("gen_tokens_per_s", "train_tokens_per_s")),
           ("turns", ("turns_mean", "eval_turns_mean")), ("step seconds", ("step_s",)))
 
 
