@@ -266,7 +266,14 @@ class DockerSandbox(Sandbox):
 
     def _create_container(self) -> None:
         """Create and start the container, then set it up (`_setup`); SandboxUnavailable
-        when Docker cannot."""
+        when Docker cannot. Within the process's creation limits (`ratelimit`: a token
+        bucket and a cap on creations in flight), so a burst reaches dockerd spaced."""
+        from skyhub.sandbox.ratelimit import container_creation
+
+        with container_creation():
+            self._create_container_now()
+
+    def _create_container_now(self) -> None:
         import docker.errors
 
         spec = dict(self._spec)

@@ -11,6 +11,13 @@ every place it could write put back: see `Sandbox.restore`), and replaces sandbo
 broken, fail to restore, or are older than `ttl_s`. `lease()`
 never waits for cleaning: with nothing ready it creates a sandbox itself. `close()` removes
 every sandbox the pool made, leased or not.
+
+Filling: up to `create_parallel` sandboxes are created at once (default 4), each on its own
+short-lived thread, while the worker goes on cleaning returned ones. Creation is mostly
+waiting on the Docker daemon (runc, the shim, the guest's start), so a few in flight fill a
+large pool several times faster than one at a time; how many the daemon gets at once across
+the whole process is capped by `skyhub.sandbox.ratelimit` (a token bucket and a limit on
+creations in flight), whatever the number of pools.
 """
 
 from __future__ import annotations
@@ -49,10 +56,13 @@ class Pool:
     """`size` warm sandboxes made with `create(**create_kwargs)`; see the module docstring."""
 
     def __init__(self, size: int = 8, ttl_s: float = 3600, *, name: str | None = None,
-                 **create_kwargs: Any) -> None:
+                 create_parallel: int = 4, **create_kwargs: Any) -> None:
         if size < 1:
             raise ValueError(f"Pool size must be >= 1, got {size}")
+        if create_parallel < 1:
+            raise ValueError(f"create_parallel must be >= 1, got {create_parallel}")
         self.size, self.ttl_s = size, ttl_s
+        self.create_parallel = min(int(create_parallel), size)
         self.name = name or new_id("pool")
         self.create_kwargs = {**create_kwargs, "pool": self.name}
         self.stats = PoolStats()
@@ -60,6 +70,8 @@ class Pool:
         self._dirty: deque[_Entry] = deque()
         self._leased: dict[int, _Entry] = {}
         self._creating = 0
+        self._creators: set[threading.Thread] = set()
+        self._backoff = 0.0  # no creation before this (monotonic) after a failure
         self._cond = threading.Condition()
         self._closed = False
         self._worker = threading.Thread(target=self._maintain, daemon=True,
@@ -102,7 +114,10 @@ class Pool:
             self._dirty.clear()
             self._leased.clear()
             self._cond.notify_all()
+            creators = list(self._creators)
         self._worker.join(timeout=60)
+        for t in creators:  # each closes what it made once it sees the pool closed
+            t.join(timeout=600)
         for e in entries:
             e.sandbox.close()
 
@@ -168,41 +183,58 @@ class Pool:
         self.stats.replaced += 1
         threading.Thread(target=e.sandbox.close, daemon=True).start()
 
+    def _may_create(self) -> bool:
+        """Whether the worker should start another creation now (under `_cond`)."""
+        return (len(self) < self.size and self._creating < self.create_parallel
+                and self._backoff <= time.monotonic())
+
     def _maintain(self) -> None:
-        """The background worker: clean returned sandboxes, keep `size` ready."""
-        backoff = 0.0
+        """The background worker: clean returned sandboxes, keep `size` ready (creating up
+        to `create_parallel` at once, each on its own thread)."""
         while True:
             with self._cond:
-                while not self._closed and not self._dirty and (
-                        len(self) >= self.size or backoff > time.monotonic()):
+                while not self._closed and not self._dirty and not self._may_create():
                     self._cond.wait(0.5)
                 if self._closed:
                     return
                 job = self._dirty.popleft() if self._dirty else None
                 if job is None:
                     self._creating += 1
+                    if self.create_parallel > 1:
+                        t = threading.Thread(target=self._create_one, daemon=True,
+                                             name=f"skyhub-{self.name}-create")
+                        self._creators.add(t)
+                        t.start()
+                        continue
             if job is not None:
                 self._clean(job)
-                continue
-            try:
-                e = self._new_entry()
-            except Exception as err:  # e.g. Docker went away: retry later, lease() reports
-                with self._cond:
-                    self._creating -= 1
-                    self.stats.create_errors += 1
-                    self.stats.last_error = f"{type(err).__name__}: {err}"
-                    self._cond.notify_all()
-                backoff = time.monotonic() + 2.0
-                continue
-            backoff = 0.0
+            else:
+                self._create_one()
+
+    def _create_one(self) -> None:
+        """Make one ready sandbox (`_creating` was counted for it by the worker)."""
+        try:
+            e = self._new_entry()
+        except Exception as err:  # e.g. Docker went away: retry later, lease() reports
             with self._cond:
                 self._creating -= 1
-                self.stats.created += 1
-                if self._closed:
-                    e.sandbox.close()
-                    return
-                self._ready.append(e)
+                self.stats.create_errors += 1
+                self.stats.last_error = f"{type(err).__name__}: {err}"
+                self._backoff = time.monotonic() + 2.0
+                self._creators.discard(threading.current_thread())
                 self._cond.notify_all()
+            return
+        with self._cond:
+            self._creating -= 1
+            self._creators.discard(threading.current_thread())
+            self._backoff = 0.0
+            self.stats.created += 1
+            closed = self._closed
+            if not closed:
+                self._ready.append(e)
+            self._cond.notify_all()
+        if closed:
+            e.sandbox.close()
 
     def _clean(self, e: _Entry) -> None:
         ok = not e.sandbox.closed and not self._expired(e)
