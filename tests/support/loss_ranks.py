@@ -20,9 +20,11 @@ LR = 0.5  # the first step's SGD learning rate
 
 
 def run_config(aggregation: str, kl: str | None = "k3", *, advantage: str = "grpo",
-               dual_clip: float | None = 3.0, tis_cap: float | None = 2.0) -> dict[str, Any]:
+               dual_clip: float | None = 3.0, tis_cap: float | None = 2.0,
+               reinforce_baseline: bool = False) -> dict[str, Any]:
     return {"aggregation": aggregation, "kl": kl, "advantage": advantage,
-            "dual_clip": dual_clip, "tis_cap": tis_cap}
+            "dual_clip": dual_clip, "tis_cap": tis_cap,
+            "reinforce_baseline": reinforce_baseline}
 
 
 def step_gradient(config: dict[str, Any], *, sharded: bool, micro_batch_tokens: int,
@@ -44,7 +46,7 @@ def step_gradient(config: dict[str, Any], *, sharded: bool, micro_batch_tokens: 
     algo = AlgoConfig(advantage=config["advantage"], aggregation=config["aggregation"],
                       kl_coef=0.0 if config["kl"] is None else 0.5,
                       kl_estimator=config["kl"] or "k3", dual_clip=config["dual_clip"],
-                      tis_cap=config["tis_cap"])
+                      tis_cap=config["tis_cap"], reinforce_baseline=config["reinforce_baseline"])
     optim = OptimConfig(lr=LR, micro_batch_tokens=micro_batch_tokens, train_batch_size=3,
                         mini_batch_size=3, grad_clip=1e9)  # the learner sets the lr each step
     learner = Learner(model, algo, optim, shard=sharded, pack=pack)

@@ -500,3 +500,190 @@ def test_value_loss(ref, clip, case):
     ref_value, ref_grad = grad_of(theirs, b.values + 0.4 * torch.sin(b.adv))
     close(value, ref_value)
     close(grad, ref_grad, b.mask)
+
+
+# -- a whole learner step ---------------------------------------------------------------------
+# The learner (packed 60-token micro-batches, one rank and two FSDP ranks) against the
+# references' losses on the same episodes unpacked and padded, one forward for the batch: the
+# advantages from the references' estimators, SkyRL's ppo_policy_loss (every reduction, dual
+# clip, TIS) and OpenRLHF's compute_approx_kl aggregated as the policy loss.
+
+KL_COEF = 0.5  # tests/support/loss_ranks.py's
+
+
+def learner_configs() -> list[dict]:
+    import loss_ranks as L
+
+    return [*(L.run_config(aggregation, "k3") for aggregation in AGGREGATIONS),
+            L.run_config("token-mean", "k1", advantage="reinforce++", tis_cap=None),
+            L.run_config("seq-mean-token-mean", "k2", advantage="reinforce++",
+                         reinforce_baseline=True),
+            L.run_config("seq-mean-token-sum-norm", "k1", advantage="dr_grpo", dual_clip=None),
+            L.run_config("token-mean", "k3", advantage="rloo", dual_clip=None, tis_cap=None)]
+
+
+def learner_ids() -> list[str]:
+    return [f"{c['advantage']}{'-baseline' if c['reinforce_baseline'] else ''}-"
+            f"{c['aggregation']}-{c['kl']}-dual{c['dual_clip']}-tis{c['tis_cap']}"
+            for c in learner_configs()]
+
+
+@pytest.fixture(scope="module")
+def learner_runs() -> dict[str, list[dict]]:
+    import loss_ranks as L
+
+    from skyhub.trainer import dist as D
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        configs = learner_configs()
+        one_rank = [L.step_gradient(c, sharded=False, micro_batch_tokens=60) for c in configs]
+        two_ranks = D.launch(L.two_rank_gradients, (configs, 60), ranks=2)
+    finally:
+        torch.set_num_threads(threads)
+    return {"one rank": one_rank, "two ranks": two_ranks}
+
+
+def reference_step_gradient(ref, config: dict, before: dict[str, Tensor]
+                            ) -> tuple[dict[str, Tensor], float]:
+    """The gradient of the references' loss at weights `before`, on the learner's second batch
+    padded into one [B, L] tensor; and that loss."""
+    import loss_ranks as L
+    from trainer_ranks import episodes
+
+    from skyhub.trainer.tiny import tiny_model
+
+    model = tiny_model(300, seed=1)
+    model.load_state_dict(before)
+    initial = tiny_model(300, seed=1)  # the frozen reference model: the weights before step 1
+    eps = episodes(seed=2)
+    width = max(len(e.token_ids) for e in eps)
+
+    def padded(rows, value=0):
+        return torch.tensor([r + [value] * (width - len(r)) for r in rows])
+
+    ids = padded([e.token_ids for e in eps])
+    attention = padded([[1] * len(e.token_ids) for e in eps])
+
+    def token_logprobs(lm) -> Tensor:
+        logits = lm(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+
+    logp = token_logprobs(model)
+    with torch.no_grad():
+        base = token_logprobs(initial)
+    mask = padded([e.loss_mask for e in eps])[:, 1:].float()
+    engine = padded([e.logprobs for e in eps], 0.0)[:, 1:].float()
+    rewards = torch.tensor([float(e.reward) for e in eps])
+    groups = np.array([e.group for e in eps])
+    on_first = torch.zeros_like(mask)
+    on_first[:, 0] = rewards  # SkyRL's outcome estimators sum the token rewards
+    advantage = config["advantage"]
+    if advantage in ("grpo", "dr_grpo"):
+        adv, _ = ref.skyrl.compute_grpo_outcome_advantage(
+            on_first, mask, groups, grpo_norm_by_std=advantage == "grpo")
+    else:
+        estimator = {"rloo": "rloo", "reinforce++": "reinforce"}[advantage]
+        if config["reinforce_baseline"]:
+            estimator = "reinforce_baseline"
+        adv, _ = ref.openrlhf_advantages(estimator, rewards, mask, L.GROUP)
+    reduction, max_len = SKYRL_REDUCTION[config["aggregation"]]
+    if config["aggregation"] == "seq-mean-token-sum-norm":
+        max_len = width - 1  # the learner's budget without one: the longest episode
+    dual, tis = config["dual_clip"], config["tis_cap"]
+    policy, _ = ref.skyrl.ppo_policy_loss(
+        logp, logp.detach(), adv, cfg(
+            policy_loss_type="dual_clip" if dual else "regular", loss_reduction=reduction,
+            eps_clip_low=0.2, eps_clip_high=0.2, clip_ratio_c=dual, use_tis=tis is not None,
+            tis_imp_ratio_cap=tis, max_seq_len=max_len), mask, engine)
+    kl = ref.openrlhf_utils.compute_approx_kl(logp, base, kl_estimator=config["kl"])
+    if config["aggregation"] in OPENRLHF_LEVEL:
+        kl_term = ref.openrlhf_loss.aggregate_loss(
+            kl, mask, token_level_loss=OPENRLHF_LEVEL[config["aggregation"]])
+    else:
+        kl_term = ref.skyrl.reduce_loss(kl, mask, reduction, max_len)
+    loss = policy + KL_COEF * kl_term
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}, float(loss)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("split", ["one rank", "two ranks"])
+@pytest.mark.parametrize("index", range(len(learner_configs())), ids=learner_ids())
+def test_a_learner_step_equals_the_reference_losses_on_padded_episodes(ref, learner_runs,
+                                                                      split, index):
+    run = learner_runs[split][index]
+    grads, loss = reference_step_gradient(ref, learner_configs()[index], run["before"])
+    assert run["metrics"]["loss"] == pytest.approx(loss, rel=1e-5, abs=1e-7)
+    assert grads.keys() == run["grads"].keys()
+    scale = max(float(g.abs().max()) for g in grads.values())
+    assert scale > 1e-3
+    diff = max(float((grads[k] - run["grads"][k]).abs().max()) for k in grads)
+    assert diff < 1e-6, f"max |gradient difference| {diff:.2e} (largest gradient {scale:.2e})"
+
+
+def test_the_learner_whitens_reinforce_pp_over_tokens_as_openrlhf(ref):
+    """Issue 29 item 3: the learner passed no mask, so it whitened over episodes (0.24 from
+    OpenRLHF on episodes of different lengths)."""
+    from trainer_ranks import episodes
+
+    from skyhub.trainer.config import AlgoConfig, OptimConfig
+    from skyhub.trainer.learner import Learner
+    from skyhub.trainer.tiny import tiny_model
+
+    eps = episodes(seed=3)
+    width = max(len(e.loss_mask) for e in eps)
+    mask = torch.tensor([e.loss_mask[1:] + [0] * (width - len(e.loss_mask)) for e in eps]).float()
+    rewards = torch.tensor([float(e.reward) for e in eps])
+    for baseline in (False, True):
+        learner = Learner(tiny_model(300), AlgoConfig(advantage="reinforce++",
+                                                      reinforce_baseline=baseline),
+                          OptimConfig())
+        ours = learner._episode_advantages(eps, 4)
+        theirs, _ = ref.openrlhf_advantages("reinforce_baseline" if baseline else "reinforce",
+                                            rewards, mask, 4)
+        close(A.expand_to_tokens(torch.stack([ours[id(e)] for e in eps]), mask), theirs, mask)
+
+
+def test_the_learner_whitens_gae_as_openrlhf(ref):
+    """The learner's GAE (its critic's values, the reward on the last agent token) whitened
+    over the batch's agent tokens with the population variance, as OpenRLHF's experience maker
+    does given the same values (single-turn episodes: a contiguous mask, where skipping and
+    walking through masked tokens agree)."""
+    from skyhub.trainer.config import AlgoConfig, OptimConfig
+    from skyhub.trainer.learner import Learner
+    from skyhub.trainer.rollout import Episode
+    from skyhub.trainer.tiny import tiny_model
+
+    gen = torch.Generator().manual_seed(5)
+    eps = []
+    for i in range(12):
+        e = Episode(group=i // 4, task_id=str(i), reward=float(i % 3 - 1))
+        e.add(torch.randint(6, 300, (int(torch.randint(3, 9, (1,), generator=gen)),),
+                            generator=gen).tolist(), agent=False)
+        k = int(torch.randint(1, 14, (1,), generator=gen))
+        e.add(torch.randint(6, 300, (k,), generator=gen).tolist(), agent=True,
+              logprobs=[-1.0] * k, versions=[0] * k)
+        eps.append(e)
+    learner = Learner(tiny_model(300), AlgoConfig(advantage="gae", gamma=0.99, lam=0.95),
+                      OptimConfig())
+    torch.nn.init.normal_(learner.critic.head.weight, std=0.5, generator=gen)  # values != 0
+    extra = {id(e): {} for e in eps}
+    learner._gae(eps, extra, {})
+    width = max(len(e.token_ids) for e in eps) - 1
+
+    def padded(key: str) -> Tensor:
+        return torch.stack([torch.nn.functional.pad(extra[id(e)][key], (0, width - len(
+            extra[id(e)][key]))) for e in eps])
+
+    mask = torch.tensor([e.loss_mask[1:] + [0] * (width + 1 - len(e.loss_mask))
+                         for e in eps]).float()
+    values = padded("old_v")
+    assert values[mask.bool()].abs().max() > 0.1
+    theirs, returns = ref.openrlhf_advantages(
+        "gae", torch.tensor([e.reward for e in eps]), mask, 4, values=values, gamma=0.99,
+        lambd=0.95)
+    close(padded("adv"), theirs, mask)
+    close(padded("ret"), returns, mask)
