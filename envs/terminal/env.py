@@ -23,7 +23,9 @@ broke, or a sandbox it stopped from inside, ends the episode scored (`sandbox_br
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,7 @@ class TerminalEnv(TextEnv):
         self._clean: Any = None
         self._shell: ShellSession | None = None
         self._deadline = 0.0
+        self._idle_since: float | None = None  # see `_episode_clock`
         self._reference_sent = False
         self._stats: dict[str, float] = {}
         self._broken: str | None = None  # what the agent broke in its sandbox, if anything
@@ -147,9 +150,28 @@ class TerminalEnv(TextEnv):
         sb = self._prepare(task)
         self._shell = ShellSession(sb, max_output=self.max_output)
         self._deadline = time.monotonic() + float(task.meta.get("timeout_s") or 600.0)
+        self._idle_since = time.monotonic()
         return task.prompt, self.make_info()
 
+    @contextlib.contextmanager
+    def _episode_clock(self) -> Iterator[None]:
+        """The episode's time limit counts its own time, inside its steps: the time between
+        two steps (the agent's model, a VectorEnv or trainer busy with other episodes) moves
+        the deadline on. A lockstep batch waiting 600 s for another episode's verifier used up
+        a Harbor healthcheck task's whole agent timeout after one turn."""
+        if self._idle_since is not None:
+            self._deadline += time.monotonic() - self._idle_since
+        self._idle_since = None
+        try:
+            yield
+        finally:
+            self._idle_since = time.monotonic()
+
     def step(self, action: str) -> StepResult:
+        with self._episode_clock():
+            return self._turn(action)
+
+    def _turn(self, action: str) -> StepResult:
         assert self.task is not None and self._shell is not None, "call reset() before step()"
         self.next_turn()
         act = protocol.parse(action)

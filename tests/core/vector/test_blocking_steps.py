@@ -180,3 +180,40 @@ def test_may_block_reads_the_declaration_the_turn_budget_and_sandboxes() -> None
     env.blocking_steps = False  # the env's own word wins
     assert not may_block(env)
     assert not may_block(GateEnv(gate, started))
+
+
+class _Clock:
+    """`time` for the terminal env's module, with `idle` seconds added: the wall time an
+    episode spends between its steps, without waiting for it."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.real, self.idle = time, 0.0
+
+    def monotonic(self) -> float:
+        return self.real.monotonic() + self.idle
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_an_episode_s_deadline_counts_its_own_time_not_the_time_between_its_steps(
+        bwrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminal (and Harbor) episode waiting between its steps, for the agent's model or
+    for other episodes of a batch, keeps its time: an hour between two steps of a task with a
+    few minutes' limit still lets the next step's commands run."""
+    import skyhub
+    from skyhub.envs.terminal import env as terminal_env
+
+    clock = _Clock()
+    monkeypatch.setattr(terminal_env, "time", clock)
+    with skyhub.make("terminal-synth", backend="local", seed=0, n_tasks=1) as env:
+        env.reset(seed=0)
+        assert float(env.task.meta["timeout_s"]) < 3600  # type: ignore[union-attr]
+        obs, _, term, trunc, _ = env.step("<bash>echo first</bash>")
+        assert "first" in obs and not (term or trunc)
+        clock.idle += 3600.0  # an hour spent outside the env
+        obs, _, term, trunc, info = env.step("<bash>echo second</bash>")
+        assert "second" in obs and "used up" not in obs, obs
+        assert not (term or trunc) and info.get("ended_by") is None, info
