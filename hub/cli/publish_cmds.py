@@ -92,11 +92,13 @@ def install_cmd(
     name: Annotated[str, typer.Argument(help="The env package, e.g. demo-env, or demo-env==0.1.0 "
                                              "to pin a version.")],
     source: Annotated[str | None, typer.Option(
-        "--from", help="A directory hub or an index URL (default: pip's configured index).",
-        show_default=False)] = None,
+        "--from", help="A directory hub or an index URL: the package comes from there "
+        "only, pinned by the sha256 its listing gives, and pip's configured indexes are not "
+        "read (dependencies must be in the hub or already installed). Default: pip's "
+        "configured index.", show_default=False)] = None,
     no_index: Annotated[bool, typer.Option(
-        "--no-index", help="Read only --from (dependencies must already be installed).")]
-    = False,
+        "--no-index", help="Kept for old scripts: an install --from a hub reads nothing "
+        "else anyway.")] = False,
 ) -> None:
     """Install an env package into this Python, so `skyhub list` and `skyhub.make` see it."""
     from skyhub.share.install import install

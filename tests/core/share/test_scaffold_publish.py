@@ -279,10 +279,11 @@ def test_install_requirements_and_pip_commands() -> None:
         parse_requirement("demo env")
     assert distribution_candidates("demo_env") == ["skyhub-demo-env", "demo-env"]
     assert distribution_candidates("skyhub-demo-env") == ["skyhub-demo-env"]
-    cmd = pip_install_command("skyhub-demo-env==0.1.0", "hub")
-    assert cmd[-3:] == ["--find-links", str(Path("hub").resolve()), "skyhub-demo-env==0.1.0"]
-    cmd = pip_install_command("x", "https://pypi.example.org/simple", no_index=False)
-    assert cmd[-3:] == ["--index-url", "https://pypi.example.org/simple", "x"]
+    cmd = pip_install_command("req.txt", "hub")
+    assert cmd[-7:] == ["--no-index", "--find-links", str(Path("hub").resolve()),
+                        "--prefer-binary", "--require-hashes", "-r", "req.txt"]
+    cmd = pip_install_command("req.txt", "https://pypi.example.org/simple")
+    assert cmd[cmd.index("--index-url") + 1] == "https://pypi.example.org/simple"
 
 
 def test_install_of_a_name_the_hub_lacks_lists_what_it_has(tmp_path: Path) -> None:
