@@ -49,6 +49,10 @@ def train_cmd(
     devices: Annotated[str | None, typer.Option(
         help="With --dry-run: the devices of one node, COUNTxMEMORY (e.g. 8x80GB) or cpu "
              "(default: this machine's).", show_default=False)] = None,
+    host_mem: Annotated[str | None, typer.Option(
+        "--host-mem", help="With --dry-run: one node's RAM, e.g. 512GB (default: this "
+                           "machine's); a plan whose host memory does not fit exits 2.",
+        show_default=False)] = None,
 ) -> None:
     """Train a policy with PPO/GRPO on a skyhub env, as a recipe says.
 
@@ -93,12 +97,13 @@ def train_cmd(
     if print_config:
         typer.echo(to_yaml(cfg), nl=False)
         return
-    if devices is not None and not dry_run:
-        raise UsageError("--devices describes the devices for --dry-run; add --dry-run")
+    if (devices is not None or host_mem is not None) and not dry_run:
+        raise UsageError("--devices and --host-mem describe the machine for --dry-run; add "
+                         "--dry-run")
     if dry_run:
         from skyhub.trainer.memory import parse_devices, placement
 
-        plan = placement(cfg, parse_devices(devices))
+        plan = placement(cfg, parse_devices(devices), host_mem)
         typer.echo(plan.report())
         plan.check()  # a UsageError (exit 2) that says what to change
         return

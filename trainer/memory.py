@@ -23,6 +23,15 @@ rank and an engine is counted in both phases of a step: generating (the rank hol
 keeps between steps, the engine its share) and training (the rank at its peak; a sleeping
 engine holds only its process's context).
 
+Host memory, per node (node 0's, the one with rank 0), at the peak of a step (the learner's
+step, then the whole weights gathered while the engines still sleep): rank 0's whole float32
+copy of the model (sharded with vLLM: kept on the CPU for the engines and evaluation), the
+state dict gathered to rank 0's CPU after each step (float32, transient), the sleeping
+engines' bf16 weights (vLLM's sleep level 1 moves them to host memory: every engine's), the
+shared-memory buckets of a weight sync "in memory" (vLLM on a CPU), and each process's
+runtime (`RUNTIME` per learner rank and engine worker). It is checked against `--host-mem`
+(default: this machine's RAM).
+
 Over ~400 lines, for a reason: one estimate (what `--dry-run` prints): placement and each
 device's memory come from the same model-shape arithmetic.
 """
@@ -215,6 +224,7 @@ class Devices:
     kind: str  # "gpu" or "cpu"
     count: int
     memory: float
+    local: bool = False  # this machine's (its RAM is then the host memory)
 
     def describe(self) -> str:
         if self.kind == "cpu":
@@ -227,7 +237,7 @@ def parse_devices(spec: str | None) -> Devices:
     if spec is None:
         return local_devices()
     if spec.strip().lower() == "cpu":
-        return Devices("cpu", 1, _ram())
+        return Devices("cpu", 1, _ram(), local=True)
     m = re.fullmatch(r"\s*(\d+)\s*[x*]\s*(\d+(?:\.\d+)?)\s*(gb|gib|g)?\s*", spec, re.I)
     if not m or int(m.group(1)) < 1:
         raise UsageError(f"--devices {spec!r}: write COUNTxMEMORY, e.g. 8x80GB (GPUs per node "
@@ -240,8 +250,8 @@ def local_devices() -> Devices:
 
     if torch.cuda.is_available():
         return Devices("gpu", torch.cuda.device_count(),
-                       float(torch.cuda.get_device_properties(0).total_memory))
-    return Devices("cpu", 1, _ram())
+                       float(torch.cuda.get_device_properties(0).total_memory), local=True)
+    return Devices("cpu", 1, _ram(), local=True)
 
 
 def _ram() -> float:
@@ -250,6 +260,8 @@ def _ram() -> float:
 
 # ------------------------------------------------------------------------------ the plan
 CUDA_CONTEXT = 1.5 * GiB  # CUDA context, NCCL buffers, allocator slack, per GPU process
+RUNTIME = 2 * GiB  # host memory of one process's Python, torch and CUDA libraries
+SYNC_BUCKET = 256 * 2**20  # VLLMEngine's sync_bucket_mb: a weight sync "in memory"
 
 #: The parts of `learner_estimate` kept across steps (what a rank holds while engines
 #: generate); the rest is the working set of a micro-batch, freed after the step.
@@ -264,6 +276,7 @@ class Row:
     gpus: str  # "GPUs 0-7", "GPU 0", "host RAM"
     phase: str  # "generating", "training", "" (one phase)
     parts: list[tuple[str, float]]
+    capacity: float | None = None  # None: one device's memory (host rows: --host-mem)
 
     @property
     def total(self) -> float:
@@ -286,6 +299,8 @@ class Plan:
     problems: list[str]
     rows: list[Row] = field(default_factory=list)
     rollout_plan: Any = None  # skyhub.trainer.placement.RolloutPlan
+    host_memory: float = 0.0  # bytes of RAM per node (--host-mem, or this machine's)
+    host_source: str = ""
 
     @property
     def fits(self) -> bool:
@@ -297,9 +312,12 @@ class Plan:
         return sum(v for k, v in self.learner.parts.items() if k in RESIDENT)
 
     def device_totals(self) -> dict[str, float]:
-        """Each group of devices' peak over the phases of a step, in bytes."""
+        """Each group of devices' peak over the phases of a step, in bytes (not the
+        host's rows)."""
         out: dict[str, float] = {}
         for row in self.rows:
+            if row.capacity is not None and self.devices.kind == "gpu":
+                continue  # the host's, not a device's
             out[row.gpus] = max(out.get(row.gpus, 0.0), row.total)
         return out
 
@@ -325,10 +343,13 @@ class Plan:
                                           f"{CUDA_CONTEXT / GiB:.1f} for the CUDA context and "
                                           "NCCL)" if d.kind == "gpu" else "") + ":")
         for row in self.rows:
-            sums = " + ".join(f"{k} {v / GiB:.1f}" for k, v in row.parts)
-            head = f"{row.gpus} {row.phase}" if row.phase else row.gpus
-            lines.append(f"  {head}: {sums} = {row.total / GiB:.1f} of {d.memory / GiB:.0f} "
-                         f"({'fits' if row.total <= d.memory else 'DOES NOT FIT'})")
+            if row.capacity is not None and d.kind == "gpu":
+                continue  # host rows below
+            lines.append(_row_line(row, d.memory))
+        host = [row for row in self.rows if row.capacity is not None and d.kind == "gpu"]
+        if host:
+            lines.append(f"host memory per node, GiB ({self.host_source}):")
+            lines.extend(_row_line(row, row.capacity or 0.0) for row in host)
         lines.append("fits: yes" if self.fits else "fits: NO")
         return "\n".join(lines)
 
@@ -344,6 +365,53 @@ class Plan:
                              + "\n".join(f"  - {p}" for p in self.problems))
 
 
+def _row_line(row: Row, capacity: float) -> str:
+    sums = " + ".join(f"{k} {v / GiB:.1f}" for k, v in row.parts)
+    head = f"{row.gpus} {row.phase}" if row.phase else row.gpus
+    return (f"  {head}: {sums} = {row.total / GiB:.1f} of {capacity / GiB:.0f} "
+            f"({'fits' if row.total <= capacity else 'DOES NOT FIT'})")
+
+
+def parse_host_mem(spec: str | None, devices: Devices | None = None) -> tuple[float, str]:
+    """`--host-mem 512GB` (per node): bytes and where the figure came from. None: this
+    machine's RAM, or for GPUs described with --devices (another machine) a stated
+    assumption, twice their memory (an 8 x 80 GB node with 1.25 TiB: what such servers
+    ship with, or more)."""
+    if spec is None:
+        if devices is not None and devices.kind == "gpu" and not devices.local:
+            return (2 * devices.count * devices.memory,
+                    "assumed: twice the GPUs' memory; say --host-mem for this node's")
+        return _ram(), "this machine's RAM"
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(gb|gib|g)?\s*", spec, re.I)
+    if not m or float(m.group(1)) <= 0:
+        raise UsageError(f"--host-mem {spec!r}: write the RAM of one node, e.g. 512GB")
+    return float(m.group(1)) * GiB, f"--host-mem {spec.strip()}"
+
+
+def _host(plan: Plan) -> None:
+    """Node 0's host memory at the peak of a step (see the module's doc), as a row checked
+    against `plan.host_memory`."""
+    cfg, p, rp = plan.cfg, plan.shape.params, plan.rollout_plan
+    d, r = cfg.dist, cfg.rollout
+    per_node = d.learner_ranks // d.nnodes
+    sharded = d.learner_ranks > 1
+    engines = len(rp.engines) if rp is not None else 0
+    parts: list[tuple[str, float]] = []
+    if sharded and r.engine == "vllm":
+        parts.append(("rank 0's float32 copy", 4.0 * p))
+    if sharded:
+        parts.append(("gathered state dict", 4.0 * p))
+    if rp is not None and rp.sleep:
+        parts.append((f"{engines} sleeping engines' weights" if engines > 1 else
+                      "sleeping engine's weights", 2.0 * p * engines))
+    if rp is not None and rp.engine_kwargs().get("weight_sync", "memory") == "memory":
+        parts.append(("weight-sync buffer", float(SYNC_BUCKET * max(engines, 1))))
+    workers = per_node + (engines * rp.tp if rp is not None else 0)
+    parts.append((f"runtimes ({workers} processes)", RUNTIME * workers))
+    plan.rows.append(Row("host RAM, node 0", "training" if rp is not None and rp.sleep
+                         else "", parts, capacity=plan.host_memory))
+
+
 def _gpu_list(gpus: list[int]) -> str:
     if len(gpus) == 1:
         return f"GPU {gpus[0]}"
@@ -352,9 +420,10 @@ def _gpu_list(gpus: list[int]) -> str:
     return "GPUs " + ",".join(map(str, gpus))
 
 
-def placement(cfg: Any, devices: Devices) -> Plan:
+def placement(cfg: Any, devices: Devices, host_mem: str | None = None) -> Plan:
     """Where `cfg`'s learner ranks and rollout engines go on `devices` (one node's; every
-    node is alike), and how much memory each device needs at its peak."""
+    node is alike), and how much memory each device, and node 0's host, needs at its peak
+    (`host_mem`: one node's RAM, e.g. "512GB"; default this machine's)."""
     from skyhub.trainer.placement import check_rollout_settings, rollout_plan
     from skyhub.trainer.policy import default_chunk
 
@@ -387,18 +456,28 @@ def placement(cfg: Any, devices: Devices) -> Plan:
              + (", activation checkpointing per layer" if cfg.model.gradient_checkpointing
                 else ""),
              f"{pad}micro-batches of {tokens} tokens (rows up to {width})"]
-    plan = Plan(cfg, devices, shape, source, learner, 0.0, 0.0, "", lines, problems)
+    host, host_source = parse_host_mem(host_mem, devices)
+    if not gpu and host_mem is not None:  # on a CPU the devices' memory is the host's
+        devices = plan_devices = Devices("cpu", devices.count, host)
+    else:
+        plan_devices = devices
+    plan = Plan(cfg, plan_devices, shape, source, learner, 0.0, 0.0, "", lines, problems,
+                host_memory=host, host_source=host_source)
     if r.engine == "vllm" and not (gpu and per_node > devices.count):
         _vllm(plan, rollout_plan, longest)
     else:
         _hf(plan, where)
+    if gpu:
+        _host(plan)
     lines.append(f"rank 0 also runs {cfg.env.num_envs} envs ({cfg.env.id}), evaluation and "
                  "logging")
     for row in plan.rows:
-        if row.total > devices.memory:
+        capacity = devices.memory if row.capacity is None else row.capacity
+        if row.total > capacity:
+            fixes = _host_fixes(plan) if row.capacity is not None else _fixes(plan, row, tokens)
             problems.append(f"{row.gpus}" + (f" ({row.phase})" if row.phase else "")
-                            + f" needs {row.total / GiB:.1f} GiB of {devices.memory / GiB:.0f}; "
-                            f"try {'; or '.join(_fixes(plan, row, tokens))}")
+                            + f" needs {row.total / GiB:.1f} GiB of {capacity / GiB:.0f}; "
+                            f"try {'; or '.join(fixes)}")
     return plan
 
 
@@ -480,6 +559,24 @@ def _vllm(plan: Plan, rollout_plan: Any, longest: int) -> None:
             plan.rows.append(Row(name, "", [("learner", plan.learner.total), ("context", ctx)]))
         elif has_engine:
             plan.rows.append(Row(name, "", [("engine", share), ("context", ctx)]))
+
+
+def _host_fixes(plan: Plan) -> list[str]:
+    """What lowers node 0's host memory, biggest first."""
+    cfg, rp = plan.cfg, plan.rollout_plan
+    fixes = [f"--host-mem with this node's RAM if it has more than "
+             f"{plan.host_memory / GiB:.0f} GiB ({plan.host_source})"]
+    if rp is not None and rp.sleep:
+        fixes.append("dist.rollout_layout=split (engines on GPUs of their own never sleep, "
+                     "so their weights stay off the host)")
+        if len(rp.engines) > 1:
+            fixes.append(f"fewer engines (dist.rollout_engines={len(rp.engines) // 2}, "
+                         f"dist.rollout_tp={rp.tp * 2}): each sleeping engine's weights go "
+                         "to the host")
+    if cfg.dist.learner_ranks > 1:
+        fixes.append("a smaller model: rank 0 holds its whole float32 copy and gathers the "
+                     "state dict on the host after every step")
+    return fixes
 
 
 def _fixes(plan: Plan, row: Row, tokens: int) -> list[str]:
@@ -567,4 +664,5 @@ def tensor_bytes(*objs: Any) -> float:
 
 
 __all__ = ["Devices", "Estimate", "ModelShape", "Plan", "Row", "learner_estimate",
-           "measure_peak", "model_shape", "parse_devices", "placement", "tensor_bytes"]
+           "measure_peak", "model_shape", "parse_devices", "parse_host_mem", "placement",
+           "tensor_bytes"]

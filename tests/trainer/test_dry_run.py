@@ -50,7 +50,7 @@ def test_the_653_recipe_fits_one_node_of_8x80gb_and_says_where_everything_goes()
     assert plan.fits and all(t <= 80 * GiB for t in plan.device_totals().values())
     # awake, an engine's 56 GiB share sits beside what a rank keeps between steps; asleep,
     # the learner has its peak: the share would not fit beside the peak
-    rows = {r.phase: r.total for r in plan.rows}
+    rows = {r.phase: r.total for r in plan.rows if r.capacity is None}  # the GPUs'
     assert rows["generating"] == pytest.approx(plan.resident + 0.7 * 80 * GiB + 3 * GiB)
     assert rows["training"] == pytest.approx(plan.learner.total + 3 * GiB)
     assert plan.learner.total + 0.7 * 80 * GiB > 80 * GiB
@@ -178,3 +178,48 @@ def test_the_gpu_benchmark_runs_its_tiny_smoke_mode_on_cpu_and_refuses_without_a
         return
     with pytest.raises(SystemExit, match=r"measures the learner on a CUDA GPU.*--tiny"):
         trainer_gpu.main([])
+
+
+def test_the_dry_run_plans_node_0s_host_memory_beside_the_gpus():
+    out = cli("--recipe", "sql-grpo-653", "--dry-run", "--devices", "8x80GB",
+              "--host-mem", "512GB")
+    assert out.exit_code == 0, out.output
+    assert "host memory per node, GiB (--host-mem 512GB):" in out.output
+    plan = placement(load_config("sql-grpo-653"), parse_devices("8x80GB"), "512GB")
+    host = next(r for r in plan.rows if r.gpus == "host RAM, node 0")
+    parts = dict(host.parts)
+    p = plan.shape.params
+    # 7B: rank 0's float32 copy and the gathered state dict 4P each, two sleeping engines'
+    # bf16 weights 2P each (the issue's ~85 GiB), plus each process's runtime
+    assert parts["rank 0's float32 copy"] == parts["gathered state dict"] == 4 * p
+    assert parts["2 sleeping engines' weights"] == 2 * 2 * p
+    assert 80 * GiB < host.total - parts["runtimes (16 processes)"] < 90 * GiB
+    assert host.capacity == 512 * GiB
+
+
+def test_a_plan_that_does_not_fit_the_stated_host_memory_is_refused_with_what_to_change():
+    out = cli("--recipe", "sql-grpo-653", "--dry-run", "--devices", "8x80GB",
+              "--host-mem", "100GB")
+    assert out.exit_code == 2
+    assert "host RAM, node 0 (training) needs" in out.output and "of 100" in out.output
+    assert "dist.rollout_layout=split" in out.output
+    # split: the engines never sleep, so their weights stay off the host; 100 GB then fits
+    split = placement(load_config("sql-grpo-653", ["dist.rollout_layout=split",
+                                                   "dist.learner_ranks=4",
+                                                   "dist.rollout_engines=1"]),
+                      parse_devices("8x80GB"), "100GB")
+    host = next(r for r in split.rows if r.gpus == "host RAM, node 0")
+    assert not any("sleeping" in k for k, _ in host.parts)
+    assert host.total < 100 * GiB
+
+
+def test_host_memory_defaults_to_this_machines_ram_or_a_stated_assumption():
+    from skyhub.trainer.memory import Devices, parse_host_mem
+
+    here, source = parse_host_mem(None, Devices("gpu", 8, 80 * GiB, local=True))
+    assert source == "this machine's RAM" and here > 0
+    assumed, source = parse_host_mem(None, parse_devices("8x80GB"))
+    assert assumed == 2 * 8 * 80 * GiB and "--host-mem" in source
+    with pytest.raises(UsageError, match="512GB"):
+        parse_host_mem("lots")
+    assert cli("--recipe", "tiny-cpu", "--host-mem", "8GB").exit_code == 2  # needs --dry-run
