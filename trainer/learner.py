@@ -42,7 +42,14 @@ from skyhub.trainer import algorithms as A
 from skyhub.trainer import dist as D
 from skyhub.trainer.config import AlgoConfig, OptimConfig
 from skyhub.trainer.packing import MicroBatch, plan_micro_batches
-from skyhub.trainer.policy import PolicyLogprobs, autocast, shard_policy
+from skyhub.trainer.policy import (
+    Gap,
+    PolicyLogprobs,
+    autocast,
+    gap_metrics,
+    logprob_gap,
+    shard_policy,
+)
 from skyhub.trainer.policy import token_logprobs as token_logprobs  # its old home
 from skyhub.trainer.rollout import Episode
 
@@ -187,12 +194,14 @@ class Learner:
                 extra[id(e)]["old"] = lp
         n_mini = max(1, math.ceil(len(valid) * share))
         stats: dict[str, list[float]] = {}
+        self._gap: Gap = (0.0, 0.0, 0.0)  # engine vs learner logprobs, filled by _update
         for _ in range(self.optim.epochs):
             for s in range(0, len(valid), n_mini):
                 for k, v in self._update(valid[s:s + n_mini], extra).items():
                     stats.setdefault(k, []).append(v)
         self.steps += 1
         metrics.update({k: sum(v) / len(v) for k, v in stats.items()})
+        metrics.update(gap_metrics(D.all_gather(self._gap) if self.world > 1 else [self._gap]))
         return metrics
 
     def _episode_advantages(self, episodes: list[Episode], group_size: int,
@@ -292,6 +301,8 @@ class Learner:
             old = pad([extra[id(e)].get("old", lp.detach()) for e, lp in
                        zip(mb.episodes, lps, strict=True)])
             eng = pad([torch.tensor(e.logprobs[1:]) for e in mb.episodes])
+            # `old`: the learner's logprobs under the weights that sampled (this step's start)
+            self._gap = logprob_gap(getattr(self, "_gap", (0.0, 0.0, 0.0)), old, eng, mask)
             adv_list = [extra[id(e)]["adv"] for e in mb.episodes]
             adv = (pad(adv_list) if adv_list[0].dim() else
                    torch.stack(adv_list).to(self.device))

@@ -119,6 +119,32 @@ class PolicyLogprobs(torch.nn.Module):
                                 self.chunk)
 
 
+Gap = tuple[float, float, float]  # sum of |delta logp|, tokens, max |delta logp|
+
+
+def logprob_gap(acc: Gap, learner: Tensor, engine: Tensor, mask: Tensor) -> Gap:
+    """`acc` plus this batch's engine-vs-learner gap: |learner - engine| logprob on the
+    tokens the engine sampled (mask 1; a token the engine did not sample, such as the EOS
+    that closes an assistant-message episode, has engine logprob exactly 0.0 and is left
+    out). The train/inference mismatch every RL stack watches: float rounding (~1e-6) when
+    the engine holds the learner's own weights, far more for bf16 vLLM or stale weights."""
+    with torch.no_grad():
+        keep = (mask > 0) & (engine != 0.0)
+        delta = (learner.detach().float() - engine.float()).abs()[keep]
+        if not delta.numel():
+            return acc
+        return (acc[0] + float(delta.sum()), acc[1] + float(delta.numel()),
+                max(acc[2], float(delta.max())))
+
+
+def gap_metrics(parts: list[Gap]) -> dict[str, float]:
+    """Ranks' (or passes') gaps combined: `logp_gap_mean`, `logp_gap_max` per token."""
+    total, n = sum(g[0] for g in parts), sum(g[1] for g in parts)
+    if not n:
+        return {}
+    return {"logp_gap_mean": total / n, "logp_gap_max": max(g[2] for g in parts)}
+
+
 def autocast(device: torch.device, dtype: torch.dtype) -> Any:
     """The compute precision of an unsharded policy (float32 masters stay as they are)."""
     if dtype == torch.float32:
@@ -188,5 +214,5 @@ def shard_policy(lm: Any, device: torch.device, dtype: torch.dtype, chunk: int |
     return policy
 
 
-__all__ = ["PolicyLogprobs", "chunked_logprobs", "compute_dtype", "default_chunk", "shard_policy",
-           "token_logprobs"]
+__all__ = ["PolicyLogprobs", "chunked_logprobs", "compute_dtype", "default_chunk", "gap_metrics",
+           "logprob_gap", "shard_policy", "token_logprobs"]

@@ -135,3 +135,44 @@ def test_cli_trains_and_reports(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "reward (last 3)" in out.stdout and "metrics.jsonl" in out.stdout
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_drop_last_leaves_each_epochs_remainder_out():
+    s = TaskSampler([f"t{i}" for i in range(10)], seed=3, drop_last=True)
+    epochs = [s.next(4) + s.next(4) for _ in range(3)]  # 2 batches an epoch, 2 tasks left out
+    for batch in epochs:
+        assert len(set(batch)) == 8  # never a task twice within an epoch
+    assert s.epoch == 2 and epochs[0] != epochs[1]
+
+
+def test_eval_before_training_in_batches_hf_exports_and_only_informative_metrics(tmp_path):
+    s = train(small(tmp_path, "loop.max_steps=2", "loop.eval_before_train=true",
+                    "loop.eval_batch_size=3", "loop.hf_save_every=1",
+                    "env.max_prompt_tokens=4096"), live=False)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "eval_reward_mean" in rows[0] and "reward_mean" not in rows[0]
+    assert s.steps == 2 and s.reward_first == rows[1]["reward_mean"]
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["step_000001", "step_000002"]
+    assert (tmp_path / "hf/step_000002/model.safetensors").is_file()
+    for r in rows[1:]:
+        # single pass, synchronous, the hf engine: ratio 1, clip 0, TIS weight 1 are not shown
+        assert not {"ratio_mean", "clip_frac", "approx_kl", "tis_weight_mean"} & set(r)
+        assert 0.0 <= r["zero_variance_groups"] <= 1.0
+        assert r["response_tokens_min"] <= r["response_tokens_mean"] <= r["response_tokens_max"]
+        assert r["gen_tokens_per_s"] > 0 and r["train_tokens_per_s"] > 0
+        assert 0.0 <= r["logp_gap_mean"] <= r["logp_gap_max"] < 1e-3  # the same weights
+
+
+def test_several_mini_batches_show_the_ratio_and_clip_fraction(tmp_path):
+    s = train(small(tmp_path, "loop.max_steps=1", "optim.mini_batch_size=2",
+                    "loop.eval_every=0"), live=False)
+    assert {"ratio_mean", "clip_frac"} <= set(s.metrics[0])
+    assert "tis_weight_mean" not in s.metrics[0]  # still the learner's own weights
+
+
+def test_the_prompt_filter_refuses_to_leave_nothing_to_train_on(tmp_path):
+    from skyhub.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"env\.max_prompt_tokens=1"):
+        train(small(tmp_path, "loop.max_steps=1", "env.max_prompt_tokens=1"), live=False)
