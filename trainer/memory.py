@@ -349,7 +349,13 @@ class Plan:
         host = [row for row in self.rows if row.capacity is not None and d.kind == "gpu"]
         if host:
             lines.append(f"host memory per node, GiB ({self.host_source}):")
-            lines.extend(_row_line(row, row.capacity or 0.0) for row in host)
+            for row in host:
+                cap = row.capacity or 0.0
+                head = f"{row.gpus} {row.phase}" if row.phase else row.gpus
+                lines.append(f"  {head}: {row.total / GiB:.1f} of {cap / GiB:.0f} "
+                             f"({'fits' if row.total <= cap else 'DOES NOT FIT'})")
+                width = max(len(k) for k, _ in row.parts)
+                lines.extend(f"    {k:<{width}}  {v / GiB:8.2f}" for k, v in row.parts)
         lines.append("fits: yes" if self.fits else "fits: NO")
         return "\n".join(lines)
 
