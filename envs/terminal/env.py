@@ -287,7 +287,7 @@ class TerminalEnv(TextEnv):
         sb = self._sandbox
         judge.kill_processes(sb)
         r = judge.run_verifier(sb, ["bash", "-c", self.task.meta["verify"]],
-                               timeout=VERIFY_TIMEOUT_S)
+                               timeout=VERIFY_TIMEOUT_S, undumpable=True)
         if sb.backend == "docker" and judge.who_broke(sb) == "host":
             raise InfraError("the sandbox's container was stopped from outside while the "
                              "verifier ran")

@@ -51,10 +51,28 @@ def kill_processes(sb: Sandbox) -> None:
             sb._request({"op": "kill_all", "keep": sb._keep}, 60)  # type: ignore[attr-defined]
 
 
+#: Runs "$@" with a private, execute-only copy of bash (`bash -c VERIFY` becomes
+#: `<copy> -c VERIFY`). The kernel makes a process that executes a file it cannot read
+#: undumpable, and an undumpable process's memory (`/proc/PID/mem`, ptrace) is out of reach of
+#: processes of the same uid without CAP_SYS_PTRACE: the agent's code the verifier runs cannot
+#: rewrite the shell that decides the verdict (issue 28, finding 3; the ptrace syscall itself
+#: is denied by the sandbox's seccomp filter). Where no copy can be made (no writable exec
+#: /tmp) the image's bash runs as before.
+UNDUMPABLE_BASH = ('d=$(mktemp -d 2>/dev/null) && cp /bin/bash "$d/bash" 2>/dev/null && '
+                   'chmod 0111 "$d/bash" && exec "$d/bash" "$@"; exec bash "$@"')
+
+
 def run_verifier(sb: Sandbox, argv: list[str], *, timeout: float,
-                 env: dict[str, str] | None = None) -> ExecResult:
+                 env: dict[str, str] | None = None, undumpable: bool = False) -> ExecResult:
     """`argv` as the sandbox's user in its workdir, in a fresh process with `VERIFIER_ENV`
-    (plus `env`). InfraError when the backend cannot run it."""
+    (plus `env`). InfraError when the backend cannot run it. `undumpable` (for an argv
+    `["bash", ...]`): the shell runs undumpable (`UNDUMPABLE_BASH`), so code it runs as the
+    same uid cannot write its memory."""
+    if undumpable:
+        if not argv or argv[0] != "bash":
+            raise ValueError(f"undumpable=True runs bash: argv must start with 'bash', got "
+                             f"{argv[:1]!r}")
+        argv = ["bash", "-c", UNDUMPABLE_BASH, "bash", *argv[1:]]
     full_env = {**VERIFIER_ENV, **(env or {})}
     if sb.backend == "docker":
         return docker_exec(sb, argv, user=str(sb.user), cwd=sb.workdir,  # type: ignore[attr-defined]
@@ -190,4 +208,5 @@ def _docker_time(text: str) -> float | None:
     return stamp + float(m[2] or 0)
 
 
-__all__ = ["VERIFIER_ENV", "docker_exec", "kill_processes", "run_verifier", "who_broke"]
+__all__ = ["UNDUMPABLE_BASH", "VERIFIER_ENV", "docker_exec", "kill_processes", "run_verifier",
+           "who_broke"]

@@ -80,6 +80,32 @@ def printable(data: bytes) -> str:
     return _CONTROL.sub(lambda m: "^" + chr(ord(m.group()) ^ 0x40), text)
 
 
+#: base64 characters per line sent to the shell: a terminal in canonical mode keeps at most
+#: 4095 characters of a line and drops the rest (issue 28, finding 14), so a long command
+#: goes in as several short lines, each well under that limit
+LINE_CHUNK = 2048
+_CMD_VAR = "__skyhub_cmd"
+
+
+def command_lines(command: str, nonce: str) -> str:
+    """The lines that run `command` in the shell and then print its marker (`nonce`, exit
+    status, $PWD). A short command is one line; a long one is first accumulated, base64
+    chunk by chunk, in a shell variable (`__skyhub_cmd`, unset after the command; the
+    command can see it, it holds only the command itself), so that no line reaches the
+    terminal's line limit. The words are quoted (an alias cannot rewrite them); after the
+    marker, history goes off again before the shell reads the next line."""
+    b64 = base64.b64encode(command.encode("utf-8", "replace")).decode()
+    end = (f"\\builtin printf '\\036{nonce}:%s:%s\\037\\n' \"$?\" \"$PWD\"; ")
+    if len(b64) <= LINE_CHUNK:
+        return (f'\\eval "$(\\builtin printf %s {b64} | \\base64 -d)" </dev/null; {end}'
+                "\\builtin set +o history\n")
+    chunks = [b64[i:i + LINE_CHUNK] for i in range(0, len(b64), LINE_CHUNK)]
+    lines = [f"{_CMD_VAR}{'+' if i else ''}='{c}'\n" for i, c in enumerate(chunks)]
+    lines.append(f'\\eval "$(\\builtin printf %s "${_CMD_VAR}" | \\base64 -d)" </dev/null; '
+                 f"{end}\\builtin unset {_CMD_VAR}; \\builtin set +o history\n")
+    return "".join(lines)
+
+
 class ShellSession:
     """An interactive bash in `sandbox`. `run(command, timeout)` returns a `CommandResult`;
     raises `InfraError` only when no shell can be started at all."""
@@ -167,12 +193,7 @@ class ShellSession:
         out = guest._Capped(self.max_output)
         nonce = secrets.token_hex(8)
         done = re.compile(rb"\x1e" + nonce.encode() + rb":(\d+):([^\x1f]*)\x1f\r?\n")
-        b64 = base64.b64encode(command.encode("utf-8", "replace")).decode()
-        # the words of the line are quoted (an alias cannot rewrite them); after the marker,
-        # history goes off again before the shell reads the next line
-        line = (f'\\eval "$(\\builtin printf %s {b64} | \\base64 -d)" </dev/null; '
-                f"\\builtin printf '\\036{nonce}:%s:%s\\037\\n' \"$?\" \"$PWD\"; "
-                "\\builtin set +o history\n")
+        line = command_lines(command, nonce)
         probe: re.Pattern[bytes] | None = None
         try:
             if self._stream is None:

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
-from skyhub.sandbox import base
+from skyhub.sandbox import base, seccomp
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
 from skyhub.sandbox.docker_channel import (
     SNAPSHOT_DIR,
@@ -248,7 +248,9 @@ class DockerSandbox(Sandbox):
             shm_size=f"{min(self.disk_mb, 64)}m")
         self.privileges = privileges
         if privileges == "none":
-            self._spec.update(cap_drop=["ALL"], security_opt=["no-new-privileges"])
+            # issue 28 (terminal): ptrace and process_vm_* denied (`skyhub.sandbox.seccomp`)
+            self._spec.update(cap_drop=["ALL"], security_opt=[
+                "no-new-privileges", seccomp.docker_security_opt()])
         if env:
             self._spec["environment"] = {str(k): str(v) for k, v in env.items()}
         if volumes:

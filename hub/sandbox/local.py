@@ -81,7 +81,7 @@ from pathlib import Path
 
 from skyhub.errors import SandboxUnavailable, SkyhubError, UsageError
 from skyhub.sandbox import base as _b
-from skyhub.sandbox import guest, local_cgroup
+from skyhub.sandbox import guest, local_cgroup, seccomp
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
 from skyhub.sandbox.local_cgroup import MemoryCgroup
 from skyhub.sandbox.local_scratch import (
@@ -372,7 +372,10 @@ class LocalSandbox(Sandbox):
         return full_env, None, os.path.join(self._work, *self._resolve(inside))
 
     def _bwrap_argv(self, cwd: str, die_with_parent: bool = True) -> list[str]:
-        argv = [str(self.bwrap), "--unshare-all", *(["--share-net"] if self.network else []),
+        # issue 28 (terminal): ptrace and process_vm_* fail with EPERM inside
+        argv = [*seccomp.bwrap_prefix(self._root), str(self.bwrap),
+                "--seccomp", str(seccomp.BWRAP_FD),
+                "--unshare-all", *(["--share-net"] if self.network else []),
                 # no nested user namespace: inside one, `mount -t tmpfs` makes unsized tmpfs
                 *(["--unshare-user", "--disable-userns"] if _bwrap_disables_userns(
                     str(self.bwrap)) else []),
