@@ -5,6 +5,8 @@ in tokens/s, MFU and peak memory (measured against the dry run's estimate).
     python -m benchmarks.trainer_gpu --tiny     # the same code on a tiny model, on a CPU, in
                                                 # seconds (a smoke run; no result file)
 
+Also the RL step with `loop.deterministic=true` (torch.use_deterministic_algorithms): its cost.
+
 Models: random-initialised Qwen2.5-1.5B and Qwen2.5-7B shapes, built from their config alone
 (nothing downloaded). Both sides run the same way: float32 master weights, FSDP2 over one rank
 with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)`, activation checkpointing
@@ -192,6 +194,19 @@ def rl_step(config: Any, episodes: list[Any], args: Any, device: Any, dtype: Any
                  learner.opt)
 
 
+def deterministic_step(config: Any, episodes: list[Any], args: Any, device: Any, dtype: Any
+                       ) -> float:
+    """Seconds of the same RL step with torch's deterministic algorithms on (what
+    `loop.deterministic=true` turns on), then off again."""
+    import torch
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        return rl_step(config, episodes, args, device, dtype)[0]
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def run_shape(name: str, shape: dict[str, Any], args: Any, device: Any, memory: float
               ) -> dict[str, Any]:
     import torch
@@ -211,12 +226,16 @@ def run_shape(name: str, shape: dict[str, Any], args: Any, device: Any, memory: 
     ours_s, ours_peak = rl_step(config, episodes, args, device, dtype)
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    det_s = deterministic_step(config, episodes, args, device, dtype)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     estimate = learner_estimate(ModelShape.from_config(config), ranks=1, sharded=True,
                                 compute_bytes=2 if dtype == torch.bfloat16 else 4,
                                 tokens=tokens, width=args.seq, checkpointing=True,
                                 chunk=default_chunk(shape["vocab"])).total
     return {"name": name, "layers": layers, "all_layers": shape["layers"], "params": params,
-            "raw_s": raw_s, "ours_s": ours_s, "raw_peak": raw_peak, "ours_peak": ours_peak,
+            "raw_s": raw_s, "ours_s": ours_s, "det_s": det_s, "raw_peak": raw_peak,
+            "ours_peak": ours_peak,
             "estimate": estimate, "tokens": tokens,
             "fpt": flops_per_token(config, params, args.seq)}
 
@@ -238,6 +257,10 @@ def main(argv: list[str] | None = None) -> None:
                          "machine has none (torch.cuda.is_available() is False); "
                          "--tiny runs the same code on a tiny model on the CPU")
     args.seq = args.seq or (64 if args.tiny else 1024)
+    import os
+
+    # cuBLAS's deterministic mode needs a fixed workspace, set before its first handle
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     own_group = one_rank_group()
     try:
         run(args)
@@ -273,6 +296,8 @@ def run(args: Any) -> None:
         print(f"{name}: raw {r['tokens'] / r['raw_s']:,.0f} tokens/s, RL step "
               f"{r['tokens'] / r['ours_s']:,.0f} tokens/s ({r['ours_s'] / r['raw_s'] - 1:+.1%}); "
               f"peak {r['ours_peak'] / 2**30:.2f} GiB, estimate {r['estimate'] / 2**30:.2f} GiB"
+              f"; deterministic {r['tokens'] / r['det_s']:,.0f} tokens/s "
+              f"({r['det_s'] / r['ours_s'] - 1:+.1%})"
               f"\n  {note}")
         ratio = r["estimate"] / r["ours_peak"] if r["ours_peak"] else float("nan")
         rows += [result(f"{name}: learner tokens/s, RL step", r["tokens"] / r["ours_s"],
@@ -281,7 +306,11 @@ def run(args: Any) -> None:
                         unit="tokens/s", note=note),
                  result(f"{name}: dry-run estimate / measured peak", r["estimate"] / 2**30,
                         "measured peak (GiB)", r["ours_peak"] / 2**30, "within 25%",
-                        ratio=ratio, met=0.75 <= ratio <= 1.25, unit="GiB")]
+                        ratio=ratio, met=0.75 <= ratio <= 1.25, unit="GiB"),
+                 result(f"{name}: RL step tokens/s, loop.deterministic=true",
+                        r["tokens"] / r["det_s"], "the RL step without it",
+                        r["tokens"] / r["ours_s"], "its cost, measured (README: determinism)",
+                        unit="tokens/s", note=note)]
     if device.type == "cuda":  # the HF engine samples on the device (issue 21, item 4)
         from benchmarks.rollout import device_sampling
 

@@ -228,8 +228,9 @@ def serve_learner(cfg: Any) -> None:
     """A rank other than 0: build this rank's shard of the learner from rank 0's description
     of the model (its class and config: the weights come from rank 0), then serve."""
     from skyhub.trainer.learner import Learner
-    from skyhub.trainer.loop import enable_checkpointing, learner_algo
+    from skyhub.trainer.loop import enable_checkpointing, learner_algo, seed_everything
 
+    seed_everything(cfg.loop.seed, cfg.loop.deterministic)  # as rank 0 seeds its own
     msg = receive()
     if is_stop(msg):
         return
