@@ -118,8 +118,14 @@ class Pool:
         self._worker.join(timeout=60)
         for t in creators:  # each closes what it made once it sees the pool closed
             t.join(timeout=600)
-        for e in entries:
-            e.sandbox.close()
+        if self.create_parallel > 1 and len(entries) > 1:  # removal waits on dockerd too
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(self.create_parallel, "skyhub-pool-close") as ex:
+                list(ex.map(lambda e: e.sandbox.close(), entries))
+        else:
+            for e in entries:
+                e.sandbox.close()
 
     def __enter__(self) -> Pool:
         return self
