@@ -219,7 +219,9 @@ class DockerSandbox(Sandbox):
         self.max_reply = max(int(max_reply_mb) << 20, 3 * max_output + (1 << 20))
         self.max_transfer = max(self.max_reply, 2 * (max(self.disk_mb, int(memory_mb)) << 20))
         self._max_file = max(self.disk_mb << 20, self.max_reply // 2)  # what a read returns
-        self._lock = threading.Lock()
+        # re-entrant: a request that finds the guest gone replaces the container, whose
+        # setup sends requests of its own
+        self._lock = threading.RLock()
         self._chan: GuestChannel | None = None
         self._fallback: ExecFallback | None = None
         self._snaps: dict[str, list[list[str]]] = {}  # id -> [[place, its tar], ...]
@@ -238,6 +240,8 @@ class DockerSandbox(Sandbox):
         self._places: list[str] = []  # restored besides the workdir
         self._clear: list[str] = []   # emptied by a restore (message queue mounts)
         self._in_place = True         # False: a restore replaces the container
+        #: how many times the guest was found gone and the container replaced (see `exec`)
+        self.replaced = 0
         self.labels = base.owner_labels(pool)
         self.name = f"skyhub-{self.id}"
         self._spec = dict(
@@ -245,7 +249,10 @@ class DockerSandbox(Sandbox):
             hostname="sandbox", network_mode=None if network else "none",
             nano_cpus=int(cpus * 1e9), mem_limit=f"{int(memory_mb)}m",
             memswap_limit=f"{int(memory_mb)}m", pids_limit=int(pids),
-            shm_size=f"{min(self.disk_mb, 64)}m")
+            shm_size=f"{min(self.disk_mb, 64)}m",
+            # nothing a command writes to pid 1's stdout (/proc/1/fd/1, as root) reaches the
+            # host's disk: Docker's default json-file log is unbounded
+            log_config={"type": "none", "config": {}})
         self.privileges = privileges
         if privileges == "none":
             # issue 28 (terminal): ptrace and process_vm_* denied (`skyhub.sandbox.seccomp`)
@@ -452,8 +459,16 @@ class DockerSandbox(Sandbox):
             for attempt in range(2):
                 chan = self._chan
                 if chan is None or chan.stale():
+                    # never a second guest in a container whose commands may still run: one
+                    # could open the new guest's stdin and stdout (/proc/<pid>/fd, same uid)
+                    # before it turns undumpable and answer for it, and in a root image the
+                    # guest's code and Python itself are the agent's to rewrite
                     self._drop_guest()
-                    chan = self._start_guest()
+                    self._replace_container()
+                    chan = self._chan
+                    if chan is None:  # the new container's guest did not start
+                        raise InfraError(f"the guest of sandbox {self.name} did not start in "
+                                         "its new container")
                 try:
                     reply = chan.request(req, timeout, max_bytes)
                 except ReplyTooLarge as e:
@@ -508,8 +523,10 @@ class DockerSandbox(Sandbox):
             None if timeout is None else timeout + 30, idempotent=False)
         if reply is None:
             return ExecResult(137, "", "skyhub: the sandbox agent was killed (e.g. by `kill -9 "
-                              "-1`) or its channel broke while running this command; it is "
-                              "restarted for the next one\n", False, time.monotonic() - start)
+                              "-1`) or its channel broke while running this command; the "
+                              "sandbox is replaced by a fresh container of its image for the "
+                              "next one (files and processes of earlier commands are gone)\n",
+                              False, time.monotonic() - start)
         reply["stdout"] = base64.b64decode(reply["stdout"])
         reply["stderr"] = base64.b64decode(reply["stderr"])
         return ExecResult.from_guest(reply)
@@ -597,16 +614,20 @@ class DockerSandbox(Sandbox):
 
     def download(self, src: str, dest: str | Path) -> None:
         """A directory's contents go into the host directory `dest`; a file to
-        `dest/<its name>` (links out of the tree and special files are skipped: the content
-        is untrusted)."""
+        `dest/<its name>`. The archive is untrusted (the agent made the tree; in a root image
+        it can rewrite the guest's code, which is why a guest never restarts in the same
+        container): `skyhub.sandbox.extract` writes it without following any link and leaves
+        out links leaving the tree and special files (logged)."""
         target = self._path(src)
         name = posixpath.basename(target) or "root"
         if self._fallback is not None:
             prefix, data = self._fallback.archive(target)
         else:
             prefix = "."
-            data = base64.b64decode(self._request({"op": "tar", "path": target}, 600,
-                                                  max_bytes=self.max_transfer)["data"])
+            # the guest refuses (EFBIG) a tree over the budget rather than break the channel
+            data = base64.b64decode(self._request(
+                {"op": "tar", "path": target, "max_bytes": self.max_transfer}, 600,
+                max_bytes=self.max_transfer)["data"])
         extract_as(data, prefix, name, Path(dest))
 
     # -- state -------------------------------------------------------------------------
@@ -620,7 +641,8 @@ class DockerSandbox(Sandbox):
                               self.workdir, snap.id, user="0")
         else:
             paths = [self.workdir, *self._places]
-            reply = self._request({"op": "tars", "paths": paths}, 600,
+            reply = self._request({"op": "tars", "paths": paths,
+                                   "max_bytes": self.max_transfer}, 600,
                                   max_bytes=self.max_transfer)
             tars = [(f"{snap.id}.tar", base64.b64decode(reply["data"][0] or ""))]
             for i, (path, data) in enumerate(zip(paths, reply["data"], strict=True)):
@@ -665,6 +687,18 @@ class DockerSandbox(Sandbox):
         self._request({"op": "restore", "places": files if kill_processes else files[:1],
                        "clear": self._clear if kill_processes else [], "ipc": kill_processes,
                        "kill_processes": kill_processes, "keep": self._keep}, 600)
+
+    def _replace_container(self) -> None:
+        """The guest is gone (a command killed it, its channel broke or hung): replace the
+        container, keeping the snapshots (what a restore that cannot work in place does).
+        The guest only ever starts in a container no command has run in yet. InfraError
+        when the container was stopped or removed (from outside: not ours to bring back)."""
+        self._check_container()
+        log.warning("sandbox %s: its guest is gone (killed by a command, or its channel "
+                    "broke); replacing its container with a fresh one of %s", self.name,
+                    self.image)
+        self._recreate()
+        self.replaced += 1
 
     def _recreate(self) -> None:
         """Replace the container by a new one from the image (same name, labels, limits),

@@ -38,6 +38,7 @@ from typing import Any
 from skyhub.errors import ChannelBroken, ChannelTimeout, InfraError, ReplyTooLarge
 from skyhub.sandbox import guest as _guest
 from skyhub.sandbox.base import Channel, Stream
+from skyhub.sandbox.extract import extract
 
 log = logging.getLogger(__name__)
 
@@ -372,31 +373,12 @@ def tar_dir_entry(name: str, *, mode: int = 0o755, uid: int = 0, gid: int = 0) -
     return buf.getvalue()
 
 
-def _skip_unsafe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-    """tarfile's `data` filter, skipping (not failing on) links out of the tree, devices..."""
-    try:
-        return tarfile.data_filter(member, path)
-    except tarfile.FilterError:
-        log.warning("download: skipped %s (unsafe: link out of the tree or special file)",
-                    member.name)
-        return None
-
-
-def extract_as(data: bytes, prefix: str, name: str, dest: Path) -> None:
+def extract_as(data: bytes, prefix: str, name: str, dest: Path) -> list[str]:
     """Extract a sandbox's tar of one path (members named `prefix`, `prefix/...`) into host
     directory `dest`: a file as `dest/name`, a directory's contents into `dest`. The content
-    is untrusted."""
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        top = next((m for m in tar.getmembers() if m.name == prefix), None)
-        if top is not None and top.isdir():
-            name = "."
-        members = []
-        for m in tar.getmembers():
-            if m.name == prefix or m.name.startswith(prefix + "/"):
-                m.name = name + m.name[len(prefix):]
-                members.append(m)
-        tar.extractall(dest, members=members, filter=_skip_unsafe)
+    is untrusted: `skyhub.sandbox.extract` parses and writes it (never `tarfile`'s
+    extraction), leaving out links that leave the tree and special files; returns those."""
+    return extract(data, dest, prefix=prefix, name=name)
 
 
 def guest_setup_tar() -> bytes:

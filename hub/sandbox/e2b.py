@@ -30,12 +30,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import inspect
-import io
 import os
 import posixpath
 import shlex
 import socket
-import tarfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -58,6 +56,7 @@ from skyhub.sandbox.base import (
     owner_labels,
     pid_alive,
 )
+from skyhub.sandbox.extract import extract
 from skyhub.sandbox.guest import _Capped, tar_bytes
 
 DEFAULT_TEMPLATE = "base"
@@ -203,7 +202,8 @@ class E2BSandbox(Sandbox):
 
     def download(self, src: str, dest: str | Path) -> None:
         """A directory's contents go into the host directory `dest`; a file to
-        `dest/<its name>`. Links pointing outside `dest` and device files are refused."""
+        `dest/<its name>`. Links leaving the tree, device files and FIFOs are left out (and
+        logged): see `skyhub.sandbox.extract`."""
         p = self._path(src)
         tmp = f"{TMP_DIR}/xfer-{new_id('down')}.tar"
         parent, name = posixpath.split(p)
@@ -218,9 +218,8 @@ class E2BSandbox(Sandbox):
             data = self.read_file(tmp)
         finally:
             self._run(f"rm -f -- {_q(tmp)}", ok=None)
-        Path(dest).mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(dest, filter="data")  # sandbox content is untrusted on the host
+        # the VM's tar and its content are untrusted on the host: never tarfile's extraction
+        extract(data, dest)
 
     # -- state -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

@@ -11,12 +11,22 @@ base64-encoded. Requests have an `op` (`exec`, `write`, `read`, `tar`, `untar`, 
 `restore`, `kill_all`, `ping`); replies have `ok` and either the result or `error`.
 """
 
+import os
+
+if __name__ == "__main__":  # before anything else is imported: see `make_undumpable`
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    except Exception:  # done again, best effort, in `__main__` below
+        pass
+
 import base64
 import contextlib
 import errno
 import io
 import json
-import os
+import resource
 import selectors
 import shutil
 import signal
@@ -883,7 +893,7 @@ def handle(req):
                                   f"{limit}-byte limit of a read")
                 return {"ok": True, "data": _b64(f.read())}
         if op == "tar":
-            return {"ok": True, "data": _b64(tar_bytes(req["path"]))}
+            return {"ok": True, "data": _b64(_fits(tar_bytes(req["path"]), req))}
         if op == "tars":  # several trees at once (a snapshot); None for a missing one
             data = []
             for path in req["paths"]:
@@ -894,6 +904,7 @@ def handle(req):
                     data.append(_b64(tar))
                 except FileNotFoundError:
                     data.append(None)
+            _fits(b"", req, sum(len(d or "") for d in data))
             return {"ok": True, "data": data}
         if op == "untar":
             untar_bytes(base64.b64decode(req["data"]), req["path"])
@@ -993,12 +1004,23 @@ def _without_top(data):
     return buf.getvalue()
 
 
+def _fits(data, req, encoded=None):
+    """`data`, when its reply stays under the request's `max_bytes` (else EFBIG: the host
+    would have to break the channel to refuse a reply over its budget)."""
+    limit = req.get("max_bytes")
+    size = (len(data) + 2) // 3 * 4 if encoded is None else encoded
+    if limit is not None and size + 4096 > limit:
+        raise OSError(errno.EFBIG, f"what {req.get('op')!r} returns ({size} bytes in base64) "
+                      f"is over the {limit}-byte limit of a transfer")
+    return data
+
+
 def _limit_file_size(nbytes):
     """A preexec_fn: no file the command writes may grow past `nbytes` (RLIMIT_FSIZE; the
-    writer gets EFBIG or SIGXFSZ). The disk bound of images without sized tmpfs mounts."""
+    writer gets EFBIG or SIGXFSZ). The disk bound of images without sized tmpfs mounts.
+    `resource` is imported with the guest, never in the forked child: the child still holds
+    the host's pipes, and in a root image the module's file is the agent's to replace."""
     def apply():
-        import resource
-
         resource.setrlimit(resource.RLIMIT_FSIZE, (int(nbytes), int(nbytes)))
     return apply
 

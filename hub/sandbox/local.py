@@ -83,6 +83,7 @@ from skyhub.errors import SandboxUnavailable, SkyhubError, UsageError
 from skyhub.sandbox import base as _b
 from skyhub.sandbox import guest, local_cgroup, seccomp
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
+from skyhub.sandbox.extract import extract
 from skyhub.sandbox.local_cgroup import MemoryCgroup
 from skyhub.sandbox.local_scratch import (
     ENV_DIR,
@@ -543,7 +544,8 @@ class LocalSandbox(Sandbox):
 
     def download(self, src: str, dest: str | Path) -> None:
         """A directory's contents go into the host directory `dest`; a file to
-        `dest/<its name>`. The files are ours on the host, whoever owned them inside."""
+        `dest/<its name>`. The files are ours on the host, whoever owned them inside; links
+        leaving the tree and special files are left out (see `skyhub.sandbox.extract`)."""
         self._check_open()
         parts = self._resolve(src)
         dfd = self._open_dir(parts[:-1], create=False)
@@ -558,7 +560,9 @@ class LocalSandbox(Sandbox):
             data = guest.tar_bytes(name, arcname, dir_fd=dfd)
         finally:
             os.close(dfd)
-        guest.untar_bytes(data, str(dest), owner=(os.geteuid(), os.getegid()))
+        # the sandbox's tree is the agent's: links leaving it are left out, never copied
+        # (a `result.txt -> /etc/shadow` would read the host's file through `dest`)
+        extract(data, dest)
 
     # -- state -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

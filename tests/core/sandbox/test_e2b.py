@@ -239,9 +239,33 @@ def test_upload_and_download_trees_through_tar(sb: E2BSandbox, tmp_path: Path) -
     assert (tmp_path / "one" / "top.txt").read_text() == "top"
     with pytest.raises(FileNotFoundError):
         sb.download("absent", out)
-    sb.exec("mkdir evil && ln -s /etc/passwd evil/link")
-    with pytest.raises(tarfile.FilterError):  # untrusted content cannot point out of `dest`
-        sb.download("evil", tmp_path / "evil")
+    sb.exec("mkdir evil && ln -s /etc/passwd evil/link && echo ok > evil/kept")
+    sb.download("evil", tmp_path / "evil")  # untrusted content cannot point out of `dest`
+    assert not os.path.lexists(tmp_path / "evil" / "link")
+    assert (tmp_path / "evil" / "kept").read_text() == "ok\n"
+
+
+@pytest.mark.hostile
+def test_download_extracts_a_hostile_archive_without_tarfile(
+        sb: E2BSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the VM hands back is the agent's to forge: the realpath chain that fools
+    tarfile's data filter on Python 3.11.7 (issue 28, finding 4) lands nowhere outside."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+    from hostile_archives import SECRET, assert_contained, realpath_chain
+
+    outside, dest = tmp_path / "outside", tmp_path / "dest"
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(SECRET)
+    chain = realpath_chain("../outside", real_names=False, root="./")
+    real_read = sb.read_file
+    monkeypatch.setattr(sb, "read_file", lambda p: chain if "xfer-" in p else real_read(p))
+    monkeypatch.setattr(tarfile.TarFile, "extractall", None)  # never reached
+    sb.exec("mkdir -p proj")
+    sb.download("proj", dest)
+    assert_contained(dest, outside)
+    assert not (outside / "pwned.txt").exists()
 
 
 def test_restore_returns_to_the_snapshot_again_and_again(
