@@ -25,13 +25,19 @@ policy could raise its mean by breaking a later step's verifier.
 Who is to blame (hub/env.py's infra-error rule): the agent can make any test script fail to
 leave a reward (delete what it needs, fill the disk, run code the script runs), so a missing,
 garbage, oversized or non-regular reward file, or a container the agent stopped from inside
-(a root agent can), is scored 0 with `sandbox_broken=True`; a verifier past its
-`timeout_sec`, a build or healthcheck failure, the container killed or removed from outside,
-or Docker gone, is an infrastructure error.
+(a root agent can), is scored 0 with `sandbox_broken=True`. A verifier past its `timeout_sec`
+is the agent's failure too unless test.sh also outlives it in a fresh container of the
+task's pristine image (then infra: the task's tests are too slow). A build or healthcheck
+failure, the container killed or removed from outside, or Docker gone, is an infrastructure
+error.
 
-`isolation="training"` runs the agent under skyhub's stricter isolation (no capabilities, no
-network, `no-new-privileges`) for RL on policies that must not be trusted with root's powers;
-tasks whose verifier needs them then fail, and say so in the verifier's output.
+The verifier's two faces (verifier.py): `isolation="harbor"` runs test.sh in the agent's
+container with the agent's processes alive, as Harbor does (and as forgeable by a root agent
+as Harbor's shared mode); `isolation="training"` runs the agent without capabilities or
+network and computes the verdict in a fresh container of the task's image that holds the
+agent's results only as data (its workdir, /logs/artifacts, the task's artifacts,
+`verifier_paths=`): services the agent started are not there, and `info["verifier_note"]`
+says so when the agent left processes running.
 
 Over ~400 lines, for a reason: one episode flow (agent, oracle, steps, verifier phases,
 logs), each phase short; split, a reader would jump between files to follow an episode.
@@ -39,9 +45,9 @@ logs), each phase short; split, a reader would jump between files to follow an e
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import io
+import posixpath
 import secrets
 import tarfile
 import time
@@ -85,7 +91,9 @@ class HarborEnv(TerminalEnv):
     "public": how to run a task whose network_mode is "allowlist", which skyhub cannot
     enforce), `logs_dir` (where each episode's /logs is saved, as Harbor keeps a trial's
     logs: `<logs_dir>/<task>/<n>/{agent,verifier,artifacts}`; default a temporary directory,
-    kept). Docker only: a Harbor task is its Docker image."""
+    kept), `verifier_paths` (under `isolation="training"`: more directories the tests read
+    the agent's results from, besides the workdir and artifacts; never a system tree).
+    Docker only: a Harbor task is its Docker image."""
 
     # the oracle's one-time token (reference_action) differs between two plays
     replay_ignore = (r"# skyhub oracle [0-9a-f]{16}",)
@@ -96,7 +104,8 @@ class HarborEnv(TerminalEnv):
                  command_timeout_s: float = 60.0, max_output: int = 16384,
                  max_tool_calls: int = 8, turn_timeout_s: float | None = None,
                  isolation: str = "harbor", reward_key: str | None = None,
-                 allowlist: str | None = None, logs_dir: str | Path | None = None) -> None:
+                 allowlist: str | None = None, logs_dir: str | Path | None = None,
+                 verifier_paths: list[str] | tuple[str, ...] = ()) -> None:
         if data_dir is None:
             raise UsageError("harbor needs data_dir= a Harbor task directory (task.toml, "
                              "instruction.md, environment/, tests/) or a dataset of them; "
@@ -104,6 +113,11 @@ class HarborEnv(TerminalEnv):
         if isolation not in container.ISOLATIONS:
             raise UsageError(f"isolation must be one of {container.ISOLATIONS}, got "
                              f"{isolation!r}")
+        for path in verifier_paths:
+            if (problem := verifier.data_root_problem(str(path))) is not None:
+                raise UsageError(f"verifier_paths: {problem}; name directories of data the "
+                                 "tests read (e.g. '/tmp/out'), never where programs live")
+        self.verifier_paths = [posixpath.normpath(str(p)) for p in verifier_paths]
         if allowlist not in (None, "no-network", "public"):
             raise UsageError(f"allowlist must be 'no-network' or 'public', got {allowlist!r}")
         super().__init__(data_dir=data_dir, backend="docker", max_turns=max_turns,
@@ -400,9 +414,10 @@ class HarborEnv(TerminalEnv):
         return [Path(tests)] if tests else []
 
     def _run_shared(self) -> tuple[dict[str, float] | None, dict[str, Any]]:
-        """The verifier in the agent's container, out of the agent's reach (verifier.py):
-        the container killed and started again, the interpreters put back, /tests uploaded
-        only now and /logs/verifier emptied."""
+        """The verifier where Harbor runs it (`verifier_mode = "shared"`): for
+        `isolation="harbor"`, in the agent's container with the agent's processes alive (a
+        server it started is there for the tests); for "training", in a fresh container of
+        the task's image holding the agent's results as data (`_run_training`)."""
         sb = self._sandbox
         sb.container.reload()
         if sb.container.status != "running":
@@ -410,21 +425,114 @@ class HarborEnv(TerminalEnv):
                 raise InfraError(f"sandbox container {sb.container.name} was stopped from "
                                  "outside")
             self._broken = self._broken or "the agent stopped its own container"
-        verifier.stop(sb)
-        extra: dict[str, Any] = {}
+        if self.isolation == "training":
+            return self._run_training()
+        if sb.container.status != "running":  # its processes are gone: its files are not
+            sb.container.start()
+        verifier.prepare_dirs(sb, self._tests_dirs(), check=False)
+        return self._run_test_script(sb, {})
+
+    def _verifier_container(self, *, pool: str) -> Any:
+        """A fresh container of the task's image as built (the agent's isolation, no
+        network under training), healthy, with the step's (or task's) tests in /tests."""
+        from skyhub.sandbox.docker import get_client
+
+        assert self.task is not None
+        env_cfg = self._cfg["environment"]
+        client = get_client()
+        image = task_image(self.task.meta["path"], env_cfg, client,
+                           build_timeout_s=self._cfg.get("build_timeout_s"))
+        network = container.network_on(env_cfg, isolation=self.isolation,
+                                       allowlist=self.allowlist, task_id=self.task.id,
+                                       phase_mode=self._cfg.get("verifier_network_mode"))
+        vsb = container.start_task_container(
+            image, env_cfg, user=None, env=resolve_env(env_cfg.get("env") or {},
+                                                       task=self.task.id),
+            isolation=self.isolation, network=network, client=client, pool=pool)
         try:
-            # Docker's diff is the slow part (~0.1-1 s): the directories are made meanwhile
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                restored = pool.submit(verifier.restore_interpreters, sb, self._entrypoint(sb))
-                try:
-                    verifier.prepare_dirs(sb, self._tests_dirs())
-                finally:
-                    extra["restored_files"] = restored.result()
-            verifier.start(sb)
-        except verifier.Tampered as e:
-            return None, dict(extra, sandbox_broken=True,
-                              error=f"the verifier cannot run faithfully: {e}")
-        return self._run_test_script(sb, extra)
+            container.await_healthy(vsb, env_cfg.get("healthcheck"),
+                                    user=str(self._image_user), task_id=self.task.id)
+            verifier.prepare_dirs(vsb, self._tests_dirs())
+        except BaseException:
+            vsb.close()
+            raise
+        return vsb
+
+    def _data_roots(self) -> list[str]:
+        """Where the training verifier finds the agent's results (verifier.py): the
+        workdir, /logs/agent, /logs/artifacts, the declared artifacts and `verifier_paths`,
+        less those that cannot be data roots (e.g. a workdir of "/")."""
+        sb = self._sandbox
+        wanted = [sb.workdir, "/logs/agent", "/logs/artifacts", *self.verifier_paths]
+        steps = self._steps()
+        for entry in [*(self._cfg.get("artifacts") or []),
+                      *((steps[self._step].get("artifacts") or []) if steps else [])]:
+            wanted.append(entry["source"] if isinstance(entry, dict) else str(entry))
+        roots: list[str] = []
+        for path in wanted:
+            norm = posixpath.normpath(path) if path.startswith("/") else path
+            if verifier.data_root_problem(norm) is None and not any(
+                    norm == r or norm.startswith(r.rstrip("/") + "/") for r in roots):
+                roots = [r for r in roots if not r.startswith(norm.rstrip("/") + "/")] + [norm]
+        return roots
+
+    def _run_training(self) -> tuple[dict[str, float] | None, dict[str, Any]]:
+        """The verdict from a pristine root: the agent's container frozen (its processes
+        cannot change what is copied), its changed data roots copied into a fresh container
+        of the image, test.sh run there; the verifier's /logs/verifier is then put in the
+        agent's container so the episode's logs hold it. The agent's container is never
+        executed in."""
+        sb = self._sandbox
+        extra: dict[str, Any] = {"verifier_root": "pristine image"}
+        left = _left_running(sb)
+        if left:
+            extra["verifier_note"] = (
+                f"the agent left {len(left)} process(es) running ({'; '.join(left[:3])}); "
+                "under isolation='training' the verifier runs in a fresh container of the "
+                "task's image and sees only the agent's files (its workdir, /logs/artifacts, "
+                "the task's artifacts, verifier_paths=), not its running services; "
+                "use isolation='harbor' for tasks whose tests need them")
+        roots = self._data_roots()
+        vsb = self._verifier_container(pool="harbor-verifier")
+        paused = False
+        try:
+            sb.container.reload()
+            if sb.container.status == "running":
+                sb.container.pause()
+                paused = True
+            changed = verifier.changed_roots(sb.container.diff() or [], roots)
+            budget = [verifier.MAX_DATA_BYTES]
+            try:
+                extra["copied"] = {r: verifier.copy_data(sb, vsb, r, budget=budget)
+                                   for r in changed}
+            except verifier.Tampered as e:
+                return None, dict(extra, sandbox_broken=True, error=str(e))
+            finally:
+                if paused:
+                    sb.container.unpause()
+                    paused = False
+            rewards, extra = self._run_test_script(vsb, extra)
+            with contextlib.suppress(Exception):  # the logs are for the user
+                self._carry_logs(vsb, sb)
+            return rewards, extra
+        finally:
+            if paused:
+                with contextlib.suppress(Exception):
+                    sb.container.unpause()
+            vsb.close()
+
+    @staticmethod
+    def _carry_logs(src: Any, dest: Any) -> None:
+        """/logs/verifier of the verifier's container into the agent's (bounded), where the
+        episode's logs are saved from."""
+        stream, _ = src.container.get_archive("/logs/verifier")
+        buf, size = io.BytesIO(), 0
+        for chunk in stream:
+            size += len(chunk)
+            if size > MAX_LOGS_BYTES:
+                return
+            buf.write(chunk)
+        dest.container.put_archive("/logs", buf.getvalue())
 
     def _run_separate(self) -> tuple[dict[str, float] | None, dict[str, Any]]:
         """The verifier in a container of its own (`[verifier] environment_mode =
@@ -453,24 +561,28 @@ class HarborEnv(TerminalEnv):
 
     def _copy_artifacts(self, src: Any, dest: Any) -> None:
         """/logs/artifacts and each of the task's (and step's) artifacts, from the agent's
-        container to the same paths in the verifier's (Harbor re-materialises them there)."""
+        container to the same paths in the verifier's (Harbor re-materialises them there),
+        through the filtered copy (verifier.copy_data: no link leads a member elsewhere)."""
         entries = [{"source": "/logs/artifacts"}, *(self._cfg.get("artifacts") or [])]
         steps = self._steps()
         if steps:
             entries += steps[self._step].get("artifacts") or []
+        budget = [verifier.MAX_DATA_BYTES]
         for entry in entries:
             source = entry["source"] if isinstance(entry, dict) else str(entry)
             target = (entry.get("destination") if isinstance(entry, dict) else None) or source
-            try:
-                stream, _ = src.container.get_archive(source)
-            except Exception:  # the agent did not make it: nothing to copy
-                continue
-            data = b"".join(stream)
+            with verifier.archive(src.client.api, src.container.id, source) as (stat, _):
+                if stat is None:  # the agent did not make it: nothing to copy
+                    continue
             parent = target.rsplit("/", 1)[0] or "/"
             dest.container.put_archive("/", container.dirs_tar(
                 {p: 0o777 for p in _parents(parent)}))
-            if target.rsplit("/", 1)[-1] != source.rsplit("/", 1)[-1]:
-                data = _renamed(data, source.rsplit("/", 1)[-1], target.rsplit("/", 1)[-1])
+            if target == source:
+                verifier.copy_data(src, dest, source, budget=budget)
+                continue
+            stream, _ = src.container.get_archive(source)
+            data = _renamed(b"".join(stream), source.rsplit("/", 1)[-1],
+                            target.rsplit("/", 1)[-1])
             dest.container.put_archive(parent, data)
 
     def _run_test_script(self, sb: Any, extra: dict[str, Any]
@@ -495,8 +607,14 @@ class HarborEnv(TerminalEnv):
         extra.update(verifier_exit_code=r.exit_code, verifier_timed_out=r.timed_out,
                      verifier_log=TEST_STDOUT)
         if r.timed_out:
-            raise InfraError(f"the verifier ran past its timeout_sec ({timeout:g} s); raise "
-                             "[verifier] timeout_sec in task.toml if the tests need longer")
+            if self._pristine_times_out(timeout):
+                raise _TasksTooSlow(f"the verifier ran past its timeout_sec ({timeout:g} s), on "
+                                 "the task's pristine image too; raise [verifier] timeout_sec "
+                                 "in task.toml if the tests need longer")
+            return None, dict(extra, sandbox_broken=True, error=(
+                f"the verifier ran past its timeout_sec ({timeout:g} s) with the agent's "
+                "changes, and finished in time on the task's pristine image: the agent's "
+                "changes made it hang"))
         sb.container.reload()
         if sb.container.status != "running":
             if judge.who_broke(sb) == "host":
@@ -523,11 +641,29 @@ class HarborEnv(TerminalEnv):
             return ""
         return (data or b"")[-OUTPUT_TAIL:].decode("utf-8", "replace")
 
-    @staticmethod
-    def _entrypoint(sb: Any) -> tuple[str, ...]:
-        """The container's entrypoint program, when it is named by an absolute path."""
-        entry = sb.container.attrs.get("Config", {}).get("Entrypoint") or []
-        return tuple(p for p in entry[:1] if isinstance(p, str) and p.startswith("/"))
+    def _judge_failed(self, e: Exception) -> tuple[float | None, dict[str, float],
+                                                   dict[str, Any]]:
+        """A verifier that outlives its deadline on the pristine image too is the task's
+        failing, whatever state the agent's container is in: an infrastructure error."""
+        if isinstance(e, _TasksTooSlow):
+            return None, {}, {"error": f"the verifier could not run: {e}"}
+        return super()._judge_failed(e)
+
+    def _pristine_times_out(self, timeout: float) -> bool:
+        """Whether test.sh outlives `timeout` in a fresh container of the task's image, where
+        nothing of the agent's is (finding 7: a verifier past its deadline in a container
+        the agent changed is an infrastructure error only when it is so without the agent)."""
+        vsb = self._verifier_container(pool="harbor-pristine")
+        try:
+            judge.docker_exec(vsb, ["chmod", "+x", "/tests/test.sh"], user="0", timeout=60)
+            env = {"PATH": container.container_path(vsb), **self._verifier_env()}
+            r = judge.docker_exec(vsb, ["bash", "-c", f"(/tests/test.sh) > {TEST_STDOUT} 2>&1"],
+                                  user=self._run_user("verifier_user"), cwd=vsb.workdir,
+                                  env=env, timeout=timeout,
+                                  on_timeout=lambda: vsb.container.kill())
+            return r.timed_out
+        finally:
+            vsb.close()
 
     # -- the oracle ---------------------------------------------------------------------
     def reference_action(self) -> str | None:
@@ -584,6 +720,10 @@ class HarborEnv(TerminalEnv):
         return obs, 0.0, False, False, self.make_info(oracle_exit_code=r.exit_code)
 
 
+class _TasksTooSlow(InfraError):
+    """test.sh outlived its timeout in a fresh container of the task's image too."""
+
+
 MAX_LOGS_BYTES = 64 << 20
 _logs_root: list[Path] = []
 
@@ -617,6 +757,24 @@ def _why(info: dict[str, Any]) -> str | None:
     return None
 
 
+def _left_running(sb: Any) -> list[str]:
+    """The command lines of the processes the agent left in its container (Docker's `top`,
+    run by the host: nothing in the container is executed), less pid 1, its init and
+    skyhub's guest."""
+    try:
+        top = sb.container.top(ps_args="-o pid,args")
+    except Exception:  # stopped, or Docker cannot say: nothing to report
+        return []
+    cmds = []
+    for row in top.get("Processes") or []:
+        cmd = str(row[-1]) if row else ""
+        if not cmd or "/opt/skyhub/" in cmd or cmd.startswith(("sleep infinity", "/sbin/docker-init",
+                                                          "/dev/init", "docker-init")):
+            continue
+        cmds.append(cmd[:120])
+    return cmds
+
+
 def _parents(path: str) -> list[str]:
     """'/a/b' -> ['a', 'a/b'] (archive member names for put_archive at '/')."""
     parts = [p for p in path.split("/") if p]
@@ -629,7 +787,10 @@ def _renamed(data: bytes, old: str, new: str) -> bytes:
     with tarfile.open(fileobj=io.BytesIO(data)) as src, \
             tarfile.open(fileobj=out, mode="w") as tar:
         for m in src:
+            if not (m.isreg() or m.isdir()):  # data only: no link leads a member elsewhere
+                continue
             f = src.extractfile(m) if m.isreg() else None
+            m.mode &= 0o1777
             m.name = new + m.name[len(old):] if m.name.startswith(old) else m.name
             tar.addfile(m, f)
     return out.getvalue()

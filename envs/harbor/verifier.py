@@ -1,39 +1,33 @@
-"""Harbor's verifier, run where the agent cannot reach its verdict.
+"""Harbor's verifier, in one of two places (HarborEnv's `isolation=`).
 
-The bundled tasks (and most Harbor tasks) run their agent as root in the container: it may
-change any file of the image, write /logs/verifier, leave daemons behind. So before
-`tests/test.sh` runs, `HarborEnv` (env.py) does, through Docker's API only (no program of the
-container is trusted for these steps):
+`isolation="harbor"` (benchmarking, eval's default) is Harbor's shared verifier: tests/test.sh
+runs in the agent's own container, the agent's processes still alive (a server it started is
+there for the tests, as Harbor leaves it). Before it, through Docker's API only, `prepare_dirs`
+replaces /tests with exactly the task's tests/ and empties /logs/verifier. Nothing more: a root
+agent can forge this verdict exactly as it can in Harbor's shared mode (README, "Security
+model": an NSS module, a replaced binary, a daemon writing the reward file).
 
-1. `stop`: the container is killed, so not one process of the agent's survives (its files
-   stay: the writable layer is kept). Steps 2 and 3 act on the stopped container.
-2. `restore_interpreters`: Docker's diff of the container against its image names every file
-   the agent changed; those that run the verifier itself, the interpreters (bash, sh, dash, env,
-   python3) in the usual bin directories, the dynamic loader and the C libraries they load
-   (libc, libm, libtinfo, libpython...), /etc/ld.so.cache and /etc/ld.so.conf*, and those that
-   start pid 1 again (`sleep`, the image's entrypoint), are put back as the image has them
-   (read from a fresh, never started container of the image) and checked byte for byte; an
-   added /etc/ld.so.preload is emptied, and an added bash/sh/dash/env/sleep that shadows the
-   image's on the PATH (e.g. /usr/local/bin/bash) is replaced by the image's.
-3. `prepare_dirs`: /tests and /logs/verifier are replaced (Docker's archive API), root-owned,
-   /tests holding exactly the task's tests/ (uploaded only now) and /logs/verifier empty,
-   then checked through the same API.
-   Then `start`: pid 1 runs again, as in a fresh container (the image's entrypoint, if any).
-4. test.sh runs as Harbor runs it (env.py): made executable, executed directly (its shebang
-   decides), as `[verifier] user` in a fresh Docker exec, with `[verifier.env]`, the
-   container's PATH and no BASH_ENV/ENV/PROMPT_COMMAND, its output to
-   /logs/verifier/test-stdout.txt, and a deadline kept by the host (past it the container is
-   killed).
-5. `read_rewards`: /logs/verifier/reward.json (an object of named numbers), else reward.txt
-   (Harbor's precedence), read through Docker's archive API, at most `MAX_REWARD_BYTES`,
-   regular files only, parsed strictly (finite numbers only); `scalar_reward` picks the
-   episode's reward from them.
+`isolation="training"` computes the verdict where nothing the agent wrote can run: a FRESH
+container of the task's image as built (its programs, libraries, /etc, interpreters: all the
+image's), into which `copy_data` puts the agent's results as data, at the same paths:
+- only under the data roots: the task's workdir, /logs/agent, /logs/artifacts, the task's
+  declared artifacts and the user's `verifier_paths=`; never "/" nor a system tree (/etc,
+  /usr, /bin, /sbin, /lib*, /opt, /var, /boot, /dev, /proc, /sys, /run), so no binary,
+  library, NSS module, loader or shell config the agent wrote is where a program looks for one;
+- a root is copied only when Docker's diff says the agent changed something under it; the
+  verifier's copy is removed first (the agent's deletions hold), then the agent's tree is put
+  in through a filtered archive: regular files, directories, hard links to earlier members
+  and symbolic links only; no member below a link of the archive (a link cannot carry a later
+  member outside its root), no setuid/setgid bit, no device or fifo, at most `MAX_DATA_BYTES`;
+  dot-entries directly under a home directory (~/.local's Python user site, ~/.bashrc...) are
+  left out.
+What test.sh itself chooses to run or import of that data (a script in the workdir it
+executes, a module found through the workdir) is the agent's code by the task's design; such
+a task should run its verifier as a non-root `[verifier] user`.
 
-The limit, honestly: an agent that is root in its container can change every other program
-and file the test script uses (grep, cmp, a Python package, a data file it reads) or that the
-image's entrypoint runs: step 2 protects the interpreter that runs test.sh and what starts
-pid 1, not what either of them trusts. A task that must be safe against a root agent should
-run its agent as a non-root user.
+`read_rewards`: /logs/verifier/reward.json (an object of named numbers), else reward.txt
+(Harbor's precedence), read through Docker's archive API, at most `MAX_REWARD_BYTES`, regular
+files only, parsed strictly (finite numbers only); `scalar_reward` picks the episode's reward.
 """
 
 from __future__ import annotations
@@ -49,137 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from skyhub.errors import BadReward, InfraError, Tampered, UsageError
-from skyhub.sandbox import base
 
 REWARD_TXT, REWARD_JSON = "/logs/verifier/reward.txt", "/logs/verifier/reward.json"
 MAX_REWARD_BYTES = 64 << 10
 _TYPE_BITS = (1 << 31 | 1 << 27 | 1 << 26 | 1 << 25 | 1 << 24 | 1 << 21 | 1 << 19)  # Go's
 _DIR_BIT, _LINK_BIT = 1 << 31, 1 << 27  # os.FileMode: dir, symlink, device, pipe, socket...
 
-_NAMES = r"(bash|sh|dash|env|sleep|python3(\.\d+)?)"
-_BIN = r"/(usr/(local/)?)?s?bin"
-_LIBS = (r"(ld-linux[^/]*|ld-musl[^/]*|ld-[0-9.]+\.so|libc[.-][^/]*|libm[.-][^/]*|"
-         r"libtinfo[^/]*|libdl[.-][^/]*|libpthread[.-][^/]*|libpython3[^/]*|libz\.so[^/]*|"
-         r"libexpat[^/]*|libffi[^/]*|libcrypt[.-][^/]*)")
-_LIB = r"/(usr/(local/)?)?lib(32|64|x32)?(/[^/]+-linux-[^/]+)?"
-CRITICAL = re.compile(rf"{_BIN}/{_NAMES}|{_LIB}/{_LIBS}|/etc/ld\.so\.(cache|conf)|"
-                      r"/etc/ld\.so\.conf\.d/[^/]+")
-_TOP_LINKS = re.compile(r"/(bin|sbin|lib|lib32|lib64|libx32)")  # merged-/usr's symlinks
-_SHADOWS = re.compile(r"/usr/local/s?bin/(bash|sh|dash|env|sleep)")
-PRELOAD = "/etc/ld.so.preload"
-
-
-# ----------------------------------------------------------------------------- processes
-def stop(sb: Any) -> None:
-    """Kill the container: every process in it is gone; its files are kept."""
-    import docker.errors
-
-    c = sb.container
-    try:
-        c.reload()
-        if c.status in ("running", "paused", "restarting"):
-            c.kill()
-        c.wait(condition="not-running", timeout=60)
-    except docker.errors.DockerException as e:
-        raise InfraError(f"cannot stop sandbox container {c.name} for the verifier: "
-                         f"{e}") from e
-
-
-def start(sb: Any) -> None:
-    """Start the stopped container again (pid 1 as for a new one). Tampered when it does not
-    stay up (its entrypoint is the image's, run from files the agent may have changed)."""
-    c = sb.container
-    c.start()
-    c.reload()
-    if c.status != "running":
-        raise Tampered(f"the container did not start again ({c.status}, exit code "
-                       f"{c.attrs.get('State', {}).get('ExitCode')})")
-
-
-# ------------------------------------------------------------------------ interpreters
-def restore_interpreters(sb: Any, also: tuple[str, ...] = ()) -> list[str]:
-    """Put back, as the image has them, the files that run the verifier (and the paths in
-    `also`: the image's entrypoint) that the agent changed, deleted or shadowed (see the
-    module docstring); return their paths. Tampered when one cannot be restored."""
-    import docker.errors
-
-    try:
-        changes = sb.container.diff() or []
-    except docker.errors.DockerException as e:
-        raise InfraError(f"Docker cannot diff sandbox container {sb.container.name}: {e}") from e
-    todo = []
-    for ch in changes:
-        path, kind = str(ch.get("Path", "")), int(ch.get("Kind", -1))
-        if kind in (0, 2) and (CRITICAL.fullmatch(path) or _TOP_LINKS.fullmatch(path) or
-                               path in also):
-            todo.append((path, path))                 # changed or deleted: the image's copy
-        elif kind == 1 and _SHADOWS.fullmatch(path):
-            todo.append((path, "/usr/bin/" + posixpath.basename(path)))  # a shadow: likewise
-        elif kind in (0, 1) and path == PRELOAD:
-            todo.append((path, None))                 # preloads nothing
-    if not todo:
-        return []
-    pristine = sb.client.containers.create(sb.image, ["true"], network_mode="none",
-                                           labels=base.owner_labels("harbor-pristine"))
-    restored = []
-    try:
-        for path, source in sorted(todo, key=lambda t: t[0].count("/")):
-            want = _put_pristine(sb, pristine, path, source)
-            if want is None:
-                continue  # the image has no such file: the agent installed it; left alone
-            if _member(sb.client.api, sb.container.id, path) != want:
-                raise Tampered(f"{path} could not be restored from the image")
-            restored.append(path)
-    except docker.errors.DockerException as e:
-        raise Tampered(f"restoring the image's interpreters failed: {e}") from e
-    finally:
-        with contextlib.suppress(Exception):
-            pristine.remove(force=True)
-    return restored
-
-
-def _put_pristine(sb: Any, pristine: Any, path: str, source: str | None) -> tuple | None:
-    """Copy `source` of the image to `path` in the sandbox (None: an empty file); return the
-    member `path` must now be, or None when the image has nothing to copy."""
-    name = posixpath.basename(path)
-    if source is None:
-        info = tarfile.TarInfo(name)
-        data = b""
-    else:
-        got = _member(sb.client.api, pristine.id, source, keep_data=True)
-        if got is None or (_TOP_LINKS.fullmatch(path) and got[0] != tarfile.SYMTYPE):
-            return None  # missing in the image, or a real top-level directory (not merged-/usr)
-        kind, link, mode, data = got
-        mode &= 0o7777
-        if kind == tarfile.SYMTYPE and source != path and not link.startswith("/"):
-            link = posixpath.normpath(posixpath.join(posixpath.dirname(source), link))
-        info = tarfile.TarInfo(name)
-        info.type, info.linkname, info.mode = kind, link, mode
-    info.size, info.uid, info.gid, info.mode = len(data), 0, 0, info.mode & 0o7777
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
-    sb.container.put_archive(posixpath.dirname(path) or "/", buf.getvalue())
-    return (info.type, info.linkname, info.mode, data)
-
-
-def _member(api: Any, cid: str, path: str, keep_data: bool = True,
-            limit: int = 256 << 20) -> tuple | None:
-    """(type, link target, mode, bytes) of one file or link of a container (None: absent),
-    through Docker's archive API."""
-    with archive(api, cid, path) as (stat, tar):
-        if tar is None:
-            return None
-        if stat["mode"] & _DIR_BIT:
-            return ("dir", "", 0, b"")
-        for m in tar:
-            if m.name.rstrip("/") != posixpath.basename(path):
-                continue
-            if m.isreg() and m.size > limit:
-                raise Tampered(f"{path} is {m.size} bytes")
-            f = tar.extractfile(m) if m.isreg() else None
-            return (m.type, m.linkname, m.mode & 0o7777, f.read() if f and keep_data else b"")
-    return None
 
 
 @contextlib.contextmanager
@@ -245,12 +114,15 @@ def tests_tar(tests: Path | list[Path]) -> tuple[bytes, set[str]]:
     return buf.getvalue(), names
 
 
-def prepare_dirs(sb: Any, tests: Path | list[Path]) -> None:
+def prepare_dirs(sb: Any, tests: Path | list[Path], *, check: bool = True) -> None:
     """/tests holding exactly the task's tests and an empty root-owned /logs/verifier, made
     right before the verifier through Docker's API (whatever the agent left there is gone).
-    Tampered if they are not so afterwards."""
+    Tampered if they are not so afterwards (`check`; not in the agent's live container,
+    where its processes may write there at any time, as in Harbor)."""
     data, names = tests_tar(tests)
     sb.container.put_archive("/", data)
+    if not check:
+        return
     api, cid = sb.client.api, sb.container.id
     with archive(api, cid, "/logs/verifier") as (stat, tar):
         members = [] if tar is None else [(m.name, m.type, m.uid) for m in tar]
@@ -262,6 +134,88 @@ def prepare_dirs(sb: Any, tests: Path | list[Path]) -> None:
     if got != names:
         raise Tampered(f"/tests does not hold exactly the task's tests: "
                        f"{sorted(got ^ names)[:5]}")
+
+
+# ------------------------------------------------------- the agent's results, as data
+MAX_DATA_BYTES = 2 << 30
+#: trees where programs look for programs, libraries and their configuration
+SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
+                "/var", "/boot", "/dev", "/proc", "/sys", "/run", "/tests", "/solution",
+                "/logs/verifier")
+_HOME = re.compile(r"/root|/home/[^/]+")
+
+
+def data_root_problem(path: str) -> str | None:
+    """Why `path` cannot be a data root of the training verifier (None: it can)."""
+    norm = posixpath.normpath("/" + path.lstrip("/")) if path else "/"
+    if not path.startswith("/"):
+        return f"{path!r} is not an absolute path"
+    if norm == "/":
+        return "'/' is the whole filesystem, programs included"
+    for top in SYSTEM_TREES:
+        if norm == top or norm.startswith(top + "/"):
+            return f"{norm} is in {top}, where programs, libraries or their configuration live"
+    return None
+
+
+def changed_roots(changes: list[dict[str, Any]], roots: list[str]) -> list[str]:
+    """The roots under which Docker's diff of the agent's container names a change."""
+    paths = [str(ch.get("Path", "")) for ch in changes]
+    return [r for r in roots if any(p == r or p.startswith(r.rstrip("/") + "/") for p in paths)]
+
+
+def copy_data(src: Any, dest: Any, root: str, *, budget: list[int]) -> str:
+    """Put the agent's tree `root` (of container `src`) at `root` in the verifier's container
+    `dest`, as data (module docstring): the verifier's copy removed first, the agent's
+    filtered. Returns what happened ("copied", "deleted"). Tampered when the agent's data
+    cannot be carried (over `MAX_DATA_BYTES` in all: `budget` holds what is left)."""
+    import tempfile
+
+    from skyhub.envs.terminal import judge
+
+    r = judge.docker_exec(dest, ["rm", "-rf", "--", root], user="0", timeout=300,
+                          on_timeout=lambda: None)
+    if r.exit_code != 0:
+        raise InfraError(f"cannot clear {root} in the verifier's container: "
+                         f"{(r.stderr or r.stdout)[-300:]}")
+    parent, top = posixpath.dirname(root) or "/", posixpath.basename(root)
+    home = bool(_HOME.fullmatch(root))
+    links: set[str] = set()
+    regular: set[str] = set()
+    with tempfile.SpooledTemporaryFile(64 << 20) as out:
+        with archive(src.client.api, src.container.id, root) as (_stat, tar):
+            if tar is None:
+                return "deleted"
+            with tarfile.open(fileobj=out, mode="w") as new:
+                for m in tar:
+                    name = posixpath.normpath(m.name)
+                    parts = name.split("/")
+                    if name.startswith("/") or ".." in parts or parts[0] != top:
+                        continue
+                    if home and len(parts) >= 2 and parts[1].startswith("."):
+                        continue  # a shell's or Python's start-up files of the home
+                    if any("/".join(parts[:i]) in links for i in range(1, len(parts))):
+                        continue  # below a link: it would land where the link points
+                    m.name = name
+                    m.mode &= 0o1777  # no setuid, no setgid
+                    if m.isreg():
+                        budget[0] -= m.size
+                        if budget[0] < 0:
+                            raise Tampered(f"the agent's data under {root} is over "
+                                           f"{MAX_DATA_BYTES >> 20} MiB")
+                        new.addfile(m, tar.extractfile(m))
+                        regular.add(name)
+                    elif m.isdir():
+                        new.addfile(m)
+                    elif m.issym():
+                        links.add(name)
+                        new.addfile(m)
+                    elif m.islnk() and posixpath.normpath(m.linkname) in regular:
+                        m.linkname = posixpath.normpath(m.linkname)
+                        new.addfile(m)
+        out.seek(0)
+        dest.container.put_archive(parent, out)
+    return "copied"
 
 
 # -------------------------------------------------------------------------- the reward
@@ -351,6 +305,6 @@ def _parse_json(raw: bytes) -> dict[str, float]:
     return {str(k): float(v) for k, v in doc.items()}
 
 
-__all__ = ["MAX_REWARD_BYTES", "REWARD_JSON", "REWARD_TXT", "BadReward", "Tampered",
-           "prepare_dirs", "read_rewards", "read_small", "restore_interpreters",
-           "scalar_reward", "start", "stop", "tests_tar"]
+__all__ = ["MAX_DATA_BYTES", "MAX_REWARD_BYTES", "REWARD_JSON", "REWARD_TXT", "SYSTEM_TREES",
+           "BadReward", "Tampered", "changed_roots", "copy_data", "data_root_problem",
+           "prepare_dirs", "read_rewards", "read_small", "scalar_reward", "tests_tar"]

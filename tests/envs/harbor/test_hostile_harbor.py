@@ -1,8 +1,10 @@
-"""Harbor against a hostile agent (issue 16, findings 4 and 10): an agent that did not solve
-its task cannot forge the reward (files in /logs/verifier, a daemon racing the verifier, a
-replaced bash), and cannot turn its failure into a masked infra error (garbage, a directory
-or a huge file where the reward goes, killing its own container); what is outside its reach
-(the container killed from outside) still is an infra error.
+"""Harbor against a hostile agent (issue 16, findings 4 and 10; issue 28): a reward file the
+agent wrote is gone before the verifier in both isolations; a daemon racing the verifier or a
+replaced bash forge the verdict under `isolation="harbor"` (Harbor's shared verifier, as
+forgeable as Harbor's own) and not under "training" (a pristine verifier container; more in
+test_hostile_harbor_isolation.py). The agent cannot turn its failure into a masked infra
+error (garbage, a directory or a huge file where the reward goes, killing its own container);
+what is outside its reach (the container killed from outside) still is an infra error.
 
 The bundled tasks run their agent as root in the container (no `USER` in their Dockerfiles),
 so the agent may change any file of the image."""
@@ -72,8 +74,11 @@ def test_a_reward_written_by_the_agent_is_gone_before_the_verifier(
     assert_failed(reward, info)
 
 
-def test_a_daemon_racing_the_verifier_is_dead_before_it_starts(
-        examples: skyhub.TextEnv) -> None:
+def test_a_daemon_racing_the_verifier_forges_only_under_harbor_isolation(
+        examples: skyhub.TextEnv, isolation: str) -> None:
+    """Harbor's shared verifier runs beside the agent's processes (issue 28: exactly as
+    forgeable as Harbor's own shared mode); the training verifier runs in a fresh container
+    of the image, where nothing of the agent's runs."""
     daemon = ("while :; do if [ -e /tests/test.sh ]; then for i in $(seq 400); do "
               "echo '{\"reward\": 1}' > /logs/verifier/reward.json; "
               "echo 1 > /logs/verifier/reward.txt; sleep 0.01; done; fi; sleep 0.01; done")
@@ -85,25 +90,11 @@ def test_a_daemon_racing_the_verifier_is_dead_before_it_starts(
         "'^/root/skyhub-forger' && echo forger-runs && break; sleep 0.05; done"))
     assert "forger-runs" in obs, obs
     _, reward, _, _, info = examples.step("<done/>")
-    assert_failed(reward, info)
-    alive = examples._sandbox.container.exec_run(  # type: ignore[attr-defined]
-        ["sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"], user="0")
-    assert b"skyhub-forger" not in alive.output
-
-
-def test_a_daemon_planted_in_what_starts_pid_1_does_not_run_with_the_verifier(
-        examples: skyhub.TextEnv) -> None:
-    """The container is started again for the verifier: a `sleep` the agent replaced (pid 1's
-    `sleep infinity`) must not start a forger with it."""
-    forger = ("#!/bin/sh\n(while :; do echo 1 > /logs/verifier/reward.txt 2>/dev/null; "
-              "echo '{\"reward\": 1}' > /logs/verifier/reward.json 2>/dev/null; sleep.real "
-              "0.01; done) >/dev/null 2>&1 &\nexec /usr/bin/sleep.real \"$@\"\n")
-    reward, info = play(examples, "fix-config",
-                        "cp /usr/bin/sleep /usr/bin/sleep.real && "
-                        f"printf %s {shlex.quote(forger)} > /usr/bin/sleep.new && "
-                        "chmod 755 /usr/bin/sleep.new && mv /usr/bin/sleep.new /usr/bin/sleep")
-    assert_failed(reward, info)
-    assert "/usr/bin/sleep" in info["restored_files"]
+    if isolation == "training":
+        assert_failed(reward, info)
+        assert "skyhub-forger" in info["verifier_note"], info  # said, not carried
+    else:
+        assert (reward, info["outcome"], info["infra_error"]) == (1.0, "success", False), info
 
 
 WRAPPER = ("#!{real}\ncase \"$*\" in *tests/test.sh*) mkdir -p /logs/verifier; "
@@ -119,11 +110,14 @@ WRAPPER = ("#!{real}\ncase \"$*\" in *tests/test.sh*) mkdir -p /logs/verifier; "
     "cp /usr/bin/bash /usr/bin/bash.real && printf %s {wrapper} > /usr/local/bin/bash && "
     "chmod 755 /usr/local/bin/bash",
 ], ids=["replaced", "shadowed"])
-def test_a_root_agent_replacing_bash_does_not_fake_the_test_script(
-        examples: skyhub.TextEnv, attack: str) -> None:
+def test_a_root_agent_replacing_bash_fakes_the_test_script_only_under_harbor(
+        examples: skyhub.TextEnv, attack: str, isolation: str) -> None:
     wrapper = shlex.quote(WRAPPER.format(real="/usr/bin/bash.real"))
     reward, info = play(examples, "fix-config", attack.format(wrapper=wrapper) + "; echo done")
-    assert_failed(reward, info)
+    if isolation == "training":
+        assert_failed(reward, info)
+    else:  # documented in the README's security model, as in Harbor's shared mode
+        assert (reward, info["outcome"], info["infra_error"]) == (1.0, "success", False), info
 
 
 def test_the_oracle_still_scores_one_after_the_hardening(examples: skyhub.TextEnv) -> None:
