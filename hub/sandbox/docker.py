@@ -225,6 +225,7 @@ class DockerSandbox(Sandbox):
         self._chan: GuestChannel | None = None
         self._fallback: ExecFallback | None = None
         self._snaps: dict[str, list[list[str]]] = {}  # id -> [[place, its tar], ...]
+        self._snap_archive: bytes | None = None  # root run user: the snapshots, host-side
         self._keep: list[int] = []  # pids kill_all must spare (pid 1's child, when root)
         self._uid, self._gid = 0, 0
         img = self._get_image(image)
@@ -652,6 +653,9 @@ class DockerSandbox(Sandbox):
             # written by the daemon as root 0644: readable by the agent, not changeable by it
             self.container.put_archive(SNAPSHOT_DIR, tar_files(tars))
         self._snaps[snap.id] = files
+        if self._uid == 0:  # root in the container can rewrite them there: keep our copy
+            stream, _ = self.container.get_archive(SNAPSHOT_DIR)
+            self._snap_archive = b"".join(stream)
         return snap
 
     def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
@@ -706,8 +710,10 @@ class DockerSandbox(Sandbox):
         import docker.errors
 
         try:
-            stream, _ = self.container.get_archive(SNAPSHOT_DIR)
-            snaps = b"".join(stream)
+            snaps = self._snap_archive
+            if snaps is None:  # root-owned in the container, out of the run user's reach
+                stream, _ = self.container.get_archive(SNAPSHOT_DIR)
+                snaps = b"".join(stream)
             self._drop_guest()
             self._fallback = None
             with contextlib.suppress(docker.errors.NotFound):

@@ -176,3 +176,19 @@ def test_what_pid_1_is_sent_never_reaches_the_hosts_disk(image: str) -> None:
         kept = Path("/var/lib/docker/containers") / sb.container.id
         if kept.is_dir():  # this host's daemon: everything it keeps for the container
             assert sum(f.stat().st_size for f in kept.rglob("*") if f.is_file()) < 1 << 20
+
+
+# --------------------------------------------- the state a replaced container comes back to
+def test_a_root_agent_cannot_rewrite_the_snapshots_a_new_container_gets(docker_daemon: None
+                                                                        ) -> None:
+    """A root-run image: the snapshots inside the container are the agent's to rewrite, and
+    a container replaced (after a killed guest, or by a restore) gets them back: the host
+    keeps its own copy for such sandboxes."""
+    with DockerSandbox("debian:bookworm-slim") as sb:
+        sb.write_file("clean.txt", "clean")
+        snap = sb.snapshot()
+        r = sb.exec("mkdir -p /tmp/p && echo x > /tmp/p/planted.txt && "
+                    "for f in /opt/skyhub/snapshots/*.tar; do tar -C /tmp/p -cf \"$f\" .; done")
+        assert r.ok, r
+        sb.restore(snap)
+        assert sb.exec("ls /work").stdout == "clean.txt\n"
