@@ -23,6 +23,14 @@ def view_cmd(
     port: Annotated[int, typer.Option(help="Port to bind (0: any free port).")] = 8765,
     open_browser: Annotated[bool, typer.Option(
         "--open", help="Open the page in the default web browser.")] = False,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="Host names (or addresses) the page may be reached by, besides "
+        "loopback and --host, comma separated (repeatable); default: loopback only (a web "
+        "page could otherwise read the runs through DNS rebinding).",
+        show_default=False)] = None,
+    allow_origin: Annotated[list[str] | None, typer.Option(
+        "--allow-origin", help="Other web page origins allowed to call its API "
+        "(repeatable); default: only its own page.", show_default=False)] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Browse eval and training runs in a local web page: a per-task table with filters
@@ -40,6 +48,7 @@ def view_cmd(
         raise MissingDependency(f"skyhub view needs FastAPI and uvicorn ({e}): pip install "
                                 "'skyhub[serve]'") from None
     from skyhub.eval.view.app import bind, serve
+    from skyhub.remote.guard import split_names
 
     sock = bind(host, port)
     url = f"http://{f'[{host}]' if ':' in host else host}:{sock.getsockname()[1]}/"
@@ -53,4 +62,9 @@ def view_cmd(
         import webbrowser
 
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
-    serve(found, sock, log_level=log_level)
+    hosts = split_names(allow_host)
+    if host in ("0.0.0.0", "::") and not hosts:
+        typer.echo("note: browsers that reach it by a name or an address other than loopback "
+                   "are refused until you pass --allow-host NAME", err=True)
+    serve(found, sock, log_level=log_level, allow_hosts=hosts,
+          allow_origins=split_names(allow_origin))

@@ -18,6 +18,10 @@ each, in order:
                                                 "truncated", "info"}
     {"op": "call", "name": "reference_action"}   (or a readable attribute: system_prompt,
                                             stop_strings, max_turns) -> {"ok": true, "value"}
+                                            (reference_action: only where the operator
+                                            exposes it, `--expose-reference`; otherwise the
+                                            error `ReferenceNotExposed`; `open`'s reply says
+                                            which in "reference_action": bool)
     {"op": "tasks", "offset": 0, "limit": 1000}  -> {"ok": true, "total", "offset",
                                                 "tasks": [{id, prompt, meta}, ...]}
     {"op": "ping"}                          -> {"ok": true, "pong": true}
@@ -35,7 +39,10 @@ server's log only). Close codes: 4401 missing/wrong token, 4404 env not served, 
 `open` in time, idle past the TTL or past the session's lifetime, 4429 server full, 4504 an
 env call ran past `op_timeout_s`, 1009 frame over the transport limit. HTTP: `GET /health`
 (no token) and, with the token like every other route (`/docs`, `/openapi.json`),
-`GET /v1/envs` (ids, descriptions, sessions in use, capacity).
+`GET /v1/envs` (ids, descriptions, sessions in use, capacity). Every request, the handshake
+included, is refused with 403 when its `Host` is not loopback (nor allowed: `--allow-host`)
+or it carries a browser `Origin` that is not allowed (`--allow-origin`); see
+`skyhub.remote.guard`.
 """
 
 from __future__ import annotations

@@ -6,8 +6,12 @@ truncated and info (infos travel as JSON: tuples arrive as lists, numpy scalars 
 `Task`, sent as its dict) passed through. Differences a caller may rely on:
 
 - `tasks` is fetched lazily, on first access, in pages: ids, prompts and meta, but no answers
-  (they stay on the server; `reference_action()` gives an oracle action). `task` (the current
-  one) comes with every reset.
+  (they stay on the server). `task` (the current one) comes with every reset.
+- `reference_action()` (the gold) works only where the server's operator exposes it (`skyhub
+  serve --expose-reference`); elsewhere it raises a `UsageError` that says so
+  (`reference_exposed` tells beforehand).
+- A server that refuses the connection for its Host/Origin policy (a name it does not
+  answer: `skyhub serve --allow-host NAME`) raises a `UsageError` in the server's words.
 - Broken infrastructure raises `skyhub.errors.InfraError`: a lost connection, a server that
   stops answering (`timeout`), or an env that crashed on the server. That is the contract of
   every skyhub env (exceptions are for infrastructure), so a `VectorEnv` turns it into an
@@ -128,7 +132,12 @@ class RemoteEnv(TextEnv):
 
     # ------------------------------------------------------------------ transport
     def _connect(self) -> None:
-        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+        from websockets.exceptions import (
+            ConnectionClosed,
+            InvalidHandshake,
+            InvalidStatus,
+            InvalidURI,
+        )
         from websockets.sync.client import connect
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
@@ -140,6 +149,8 @@ class RemoteEnv(TextEnv):
         except InvalidURI as e:
             raise UsageError(f"{self.base_url!r} is not a WebSocket URL: {e}; pass "
                              "remote='ws://HOST:PORT'") from None
+        except InvalidStatus as e:
+            raise self._handshake_refused(e) from None
         except (OSError, InvalidHandshake, TimeoutError) as e:
             raise InfraError(f"cannot reach the skyhub server at {self.base_url} ({e}); is "
                              f"`skyhub serve {self.env_id}` running there?") from e
@@ -152,9 +163,27 @@ class RemoteEnv(TextEnv):
             self._drop()
             raise
         self.session_id = reply["session"]
+        #: whether the server answers `reference_action` (None: a server too old to say)
+        self.reference_exposed: bool | None = reply.get("reference_action")
         self.system_prompt = reply.get("system_prompt")
         self.stop_strings = tuple(reply.get("stop_strings") or ())
         self.num_tasks: int = reply.get("num_tasks", 0)
+
+    def _handshake_refused(self, e: Any) -> Exception:
+        """The server answered the WebSocket handshake with an HTTP error: a 403 is its
+        Host/Origin policy (`skyhub serve --allow-host`), said in its own words."""
+        import json
+
+        response = getattr(e, "response", None)
+        status = getattr(response, "status_code", None)
+        detail = ""
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
+            detail = json.loads(bytes(response.body or b"")).get("detail", "")
+        where = f"skyhub server {self.base_url}"
+        if status == 403:
+            return UsageError(f"{where} refused the connection: {detail or 'forbidden'}")
+        return InfraError(f"{where} answered the handshake with HTTP {status}"
+                          + (f": {detail}" if detail else ""))
 
     def _refusal(self, e: Any) -> Exception:
         from skyhub.errors import EnvNotFound, SandboxUnavailable
@@ -233,6 +262,11 @@ class RemoteEnv(TextEnv):
         return reply["obs"], reply["reward"], reply["terminated"], reply["truncated"], info
 
     def reference_action(self) -> str | None:
+        """The server env's reference action, where the server exposes it (`skyhub serve
+        --expose-reference`); a `UsageError` that says so otherwise."""
+        if self.reference_exposed is False:
+            raise UsageError(f"remote {self.env_id} reference_action: skyhub server "
+                             f"{self.base_url}: {wire.REFERENCE_REFUSED}")
         return self._request({"op": "call", "name": "reference_action"},
                              "reference_action")["value"]
 

@@ -17,9 +17,20 @@ Guarantees a client may rely on:
 - binding to a non-loopback address needs a token (`UsageError` otherwise); with a token, a
   WebSocket without it is closed with 4401 and every HTTP route but `/health` (`/docs` and
   `/openapi.json` included) answers 401. The token is read from the `Authorization` header
-  only; one sent in a URL (`?token=`) is refused and never reaches a log line.
+  only; one sent in a URL (`?token=`) is refused and never reaches a log line;
+- a request is answered only when its `Host` is a loopback name or address (or one the
+  operator allowed: `allow_hosts`, `--allow-host`) and it carries no `Origin` (a program) or
+  an allowed one (`allow_origins`, `--allow-origin`): a web page open in the user's browser
+  cannot drive a session, whether cross-origin or through DNS rebinding (403 at the
+  handshake; `skyhub.remote.guard`);
+- connections are bounded: a request head must arrive within `header_timeout_s`, at most
+  `max_connections` wait in the HTTP phase (the oldest idle one is dropped at the cap), and
+  running out of descriptors sheds pending connections with one log line per interval.
 
 What a client cannot do (the operator decides; a hostile client is assumed):
+- read the gold: `reference_action` (the task's reference solution) is refused unless the
+  operator exposes it (`expose_reference`, `--expose-reference`), for clients trusted with
+  the answers (an oracle eval), never for a policy being trained or anyone who can reach it;
 - choose env kwargs (`open`'s `kwargs`) other than those the operator allowed by name
   (`allow_kwargs`; none by default), or define its own task (`options.task`, refused unless
   `allow_client_tasks`): kwargs such as `tasks_file`, `data_dir`, `dsn` or a huge `n_tasks`
@@ -44,7 +55,6 @@ import concurrent.futures
 import contextlib
 import functools
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -63,6 +73,14 @@ from fastapi import FastAPI, WebSocket
 
 from skyhub.errors import UsageError
 from skyhub.remote import wire
+from skyhub.remote.guard import (
+    HEADER_TIMEOUT_S,
+    CallerPolicy,
+    OriginGate,
+    guarded_http_protocol,
+    is_loopback,
+    listen_socket,
+)
 
 if TYPE_CHECKING:
     from skyhub.env import TextEnv
@@ -74,16 +92,6 @@ SEED_MAX = 2**64  # seeds are integers in [0, SEED_MAX)
 #: Query parameters that look like credentials: refused, and scrubbed before anything logs
 #: the request line (uvicorn's access log writes the path with its query string).
 _SECRET_PARAM = re.compile(rb"(^|&)((?:access_)?token|api_key|key)=[^&]*", re.IGNORECASE)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a hostname other than localhost may resolve to anything
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -102,7 +110,7 @@ class _Hub:
                  idle_ttl_s: float, open_timeout_s: float, op_timeout_s: float | None,
                  max_session_s: float | None, max_message_bytes: int,
                  allow_kwargs: bool | Collection[str], allow_client_tasks: bool,
-                 env_kwargs: dict[str, Any]) -> None:
+                 env_kwargs: dict[str, Any], expose_reference: bool = False) -> None:
         from skyhub.registry import spec
 
         if not env_ids:
@@ -126,6 +134,7 @@ class _Hub:
         self.allow_kwargs: bool | frozenset[str] = (
             allow_kwargs if isinstance(allow_kwargs, bool) else frozenset(allow_kwargs))
         self.allow_client_tasks = allow_client_tasks
+        self.expose_reference = bool(expose_reference)
         self.env_kwargs = dict(env_kwargs)
         self.sessions: dict[str, _Session] = {}
         #: sessions that ended while their env thread was still busy (a stuck step): they
@@ -167,6 +176,7 @@ class _Hub:
                 "allowed_kwargs": (True if self.allow_kwargs is True
                                    else sorted(self.allow_kwargs or ())),
                 "client_tasks": self.allow_client_tasks,
+                "reference_action": self.expose_reference,
                 "protocol": wire.PROTOCOL_VERSION}
 
 
@@ -375,7 +385,8 @@ class _Session:
         log.info("session %s opened %s", self.id, self.env_id)
         return {"session": self.id, "env_id": self.env_id, "protocol": wire.PROTOCOL_VERSION,
                 "system_prompt": env.system_prompt, "stop_strings": list(env.stop_strings),
-                "num_tasks": len(env.tasks), "description": spec.description}
+                "num_tasks": len(env.tasks), "description": spec.description,
+                "reference_action": self.hub.expose_reference}
 
     async def _reset(self, req: dict[str, Any]) -> dict[str, Any]:
         seed, options = req.get("seed"), req.get("options")
@@ -457,6 +468,8 @@ class _Session:
         name = req.get("name")
         assert self.env is not None
         env = self.env.unwrapped
+        if name == "reference_action" and not self.hub.expose_reference:
+            raise _ProtocolError(wire.REFERENCE_NOT_EXPOSED, wire.REFERENCE_REFUSED)
         if name in wire.CALLABLE:
             return {"value": await self.run(getattr(env, name))}
         if name in wire.READABLE:
@@ -641,7 +654,9 @@ def create_app(env_ids: Sequence[str], *, token: str | None = None, max_sessions
                op_timeout_s: float | None = 300, max_session_s: float | None = None,
                max_message_bytes: int = 1_000_000, allow_kwargs: bool | Collection[str] = (),
                allow_client_tasks: bool = False,
-               env_kwargs: dict[str, Any] | None = None) -> FastAPI:
+               env_kwargs: dict[str, Any] | None = None, expose_reference: bool = False,
+               allow_hosts: Collection[str] = (), allow_origins: Collection[str] = (),
+               bound_to: str | None = None) -> FastAPI:
     """The FastAPI app serving `env_ids` (registered ids; `EnvNotFound` if one is not).
 
     `token`: required from clients when set (header only). `allow_kwargs`: the env kwargs a
@@ -651,15 +666,23 @@ def create_app(env_ids: Sequence[str], *, token: str | None = None, max_sessions
     client may override the allowed ones). Limits, in seconds: `open_timeout_s` from
     connecting to a successful `open`, `idle_ttl_s` between messages once open,
     `max_session_s` for a whole session (None: no limit), `op_timeout_s` for one env call.
-    Binding is `serve`'s business: the app itself makes no loopback check.
+    `expose_reference`: answer `reference_action` (the gold; off by default). Callers:
+    `allow_hosts` (Host names besides loopback and `bound_to`, the address the server
+    listens on) and `allow_origins` (web pages allowed to call it); see
+    `skyhub.remote.guard`. Binding is `serve`'s business: the app itself makes no loopback
+    check.
     """
     hub = _Hub(env_ids, token, max_sessions=max_sessions, idle_ttl_s=idle_ttl_s,
                open_timeout_s=open_timeout_s, op_timeout_s=op_timeout_s,
                max_session_s=max_session_s, max_message_bytes=max_message_bytes,
                allow_kwargs=allow_kwargs, allow_client_tasks=allow_client_tasks,
-               env_kwargs=env_kwargs or {})
+               env_kwargs=env_kwargs or {}, expose_reference=expose_reference)
     app = FastAPI(title="skyhub env server", version=str(wire.PROTOCOL_VERSION))
     app.state.hub = hub
+    app.state.callers = CallerPolicy.make(allow_hosts, allow_origins, bound_to=bound_to)
+    # the last added runs first: the gate scrubs tokens from the URL before anything can
+    # refuse (and so log) the request
+    app.add_middleware(OriginGate, policy=app.state.callers)
     app.add_middleware(_Gate, hub=hub)
 
     @app.get("/health")
@@ -678,38 +701,59 @@ def create_app(env_ids: Sequence[str], *, token: str | None = None, max_sessions
     return app
 
 
-def _uvicorn_config(app: Any, host: str, port: int, max_message_bytes: int,
-                    log_level: str) -> Any:
+def uvicorn_config(app: Any, host: str, port: int, *, log_level: str,
+                   header_timeout_s: float = HEADER_TIMEOUT_S,
+                   max_connections: int | None = None, **kwargs: Any) -> Any:
+    """A uvicorn config whose connections are guarded (`skyhub.remote.guard`): a deadline
+    for the request head and a cap on connections. `kwargs`: more `uvicorn.Config` options."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          http=guarded_http_protocol(header_timeout_s, max_connections),
+                          **kwargs)
+
+
+def _server(app: Any, host: str, port: int, max_message_bytes: int, log_level: str,
+            header_timeout_s: float, max_connections: int | None) -> Any:
     import uvicorn
 
     # The transport limit sits above ours so that an oversized message gets a clear error
     # reply rather than a bare 1009 close.
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                          ws_max_size=max(4 * max_message_bytes, 1 << 20),
-                          ws_ping_interval=20.0, ws_ping_timeout=20.0)
+    return uvicorn.Server(uvicorn_config(
+        app, host, port, log_level=log_level, header_timeout_s=header_timeout_s,
+        max_connections=max_connections, ws_max_size=max(4 * max_message_bytes, 1 << 20),
+        ws_ping_interval=20.0, ws_ping_timeout=20.0))
 
 
 def serve(env_ids: Sequence[str], host: str = "127.0.0.1", port: int = 8000,
-          token: str | None = None, *, log_level: str = "info", **app_kwargs: Any) -> None:
+          token: str | None = None, *, log_level: str = "info",
+          header_timeout_s: float = HEADER_TIMEOUT_S, max_connections: int | None = None,
+          **app_kwargs: Any) -> None:
     """Serve `env_ids` on `host:port` until interrupted (uvicorn). `token` defaults to
     `$SKYHUB_TOKEN`; a non-loopback `host` without one is a `UsageError`, raised before
-    anything is bound. `app_kwargs`: `create_app`'s limits and allow-lists."""
-    import uvicorn
-
+    anything is bound. `header_timeout_s`: seconds a connection has to send its request
+    head; `max_connections`: connections waiting in the HTTP phase at once (default: from
+    RLIMIT_NOFILE). `app_kwargs`: `create_app`'s limits and allow-lists."""
     token = token or os.environ.get("SKYHUB_TOKEN") or None
     check_bind(host, token)
-    app = create_app(env_ids, token=token, **app_kwargs)
+    app = create_app(env_ids, token=token, bound_to=host, **app_kwargs)
     max_bytes = app_kwargs.get("max_message_bytes", 1_000_000)
-    uvicorn.Server(_uvicorn_config(app, host, port, max_bytes, log_level)).run()
+    sock = listen_socket(host, port)
+    _server(app, host, port, max_bytes, log_level, header_timeout_s,
+            max_connections).run(sockets=[sock])
 
 
 class UvicornThread:
     """A uvicorn server in a daemon thread of this process: `start` returns once it listens
     (with `port=0`, `port` is then the one it got); `stop` ends it. A context manager."""
 
-    def __init__(self, server: Any, host: str, port: int, name: str) -> None:
+    def __init__(self, server: Any, host: str, port: int, name: str,
+                 sockets: list[Any] | None = None) -> None:
         self.server, self.host, self.port = server, host, port
-        self.thread = threading.Thread(target=self.server.run, daemon=True, name=name)
+        self.sockets = list(sockets or ())
+        run = self.server.run if sockets is None else functools.partial(self.server.run,
+                                                                         sockets=sockets)
+        self.thread = threading.Thread(target=run, daemon=True, name=name)
 
     @property
     def http_url(self) -> str:
@@ -729,6 +773,8 @@ class UvicornThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        for sock in self.sockets:  # ours: uvloop serves a copy and leaves it open
+            sock.close()
 
     def __enter__(self) -> Any:
         return self.start()
@@ -749,15 +795,15 @@ class ServerThread(UvicornThread):
 
     def __init__(self, env_ids: Sequence[str], host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, *, log_level: str = "warning",
-                 **app_kwargs: Any) -> None:
-        import uvicorn
-
+                 header_timeout_s: float = HEADER_TIMEOUT_S,
+                 max_connections: int | None = None, **app_kwargs: Any) -> None:
         check_bind(host, token)
-        self.app = create_app(env_ids, token=token, **app_kwargs)
+        self.app = create_app(env_ids, token=token, bound_to=host, **app_kwargs)
         max_bytes = app_kwargs.get("max_message_bytes", 1_000_000)
-        super().__init__(uvicorn.Server(_uvicorn_config(self.app, host, port, max_bytes,
-                                                        log_level)),
-                         host, port, "skyhub-server")
+        sock = listen_socket(host, port)
+        super().__init__(_server(self.app, host, port, max_bytes, log_level,
+                                 header_timeout_s, max_connections),
+                         host, port, "skyhub-server", sockets=[sock])
 
     @property
     def hub(self) -> _Hub:

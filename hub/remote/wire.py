@@ -21,7 +21,16 @@ CLOSE_OP_TIMEOUT = 4504  # one env call ran past op_timeout_s
 CLOSE_TOO_BIG = 1009  # RFC 6455 "message too big"
 
 #: Attributes and methods a client may read or call with `{"op": "call", "name": ...}`.
+#: `reference_action` only where the operator exposes it (`skyhub serve --expose-reference`).
 CALLABLE = frozenset({"reference_action"})
+#: The error type of a `reference_action` call on a server that does not expose it.
+REFERENCE_NOT_EXPOSED = "ReferenceNotExposed"
+REFERENCE_REFUSED = (
+    "this server does not expose reference_action: it returns the task's reference "
+    "solution, and whoever reads it scores as the oracle (a policy being trained, or a web "
+    "page that reached the server). Its operator can expose it to clients trusted with the "
+    "answers with `skyhub serve --expose-reference`; to evaluate the oracle otherwise, run "
+    "the env locally (skyhub.make without remote=)")
 READABLE = frozenset({"system_prompt", "stop_strings", "max_turns"})
 
 
@@ -73,7 +82,8 @@ _SKYHUB = ("EnvNotFound", "DataNotFound", "SandboxUnavailable", "InfraError", "A
            "UsageError", "RegistrationError", "MissingDependency")
 #: Protocol errors: the client sent something the server cannot use.
 PROTOCOL_ERRORS = frozenset({"BadMessage", "UnknownOp", "MessageTooBig", "NotOpen",
-                             "AlreadyOpen", "KwargsNotAllowed", "NotAllowed"})
+                             "AlreadyOpen", "KwargsNotAllowed", "NotAllowed",
+                             REFERENCE_NOT_EXPOSED})
 #: What the env raised on the server: the reply names an incident id, never the exception's
 #: text (which may name the server's files); the server's log has the details.
 ENV_ERROR = "EnvError"

@@ -14,17 +14,22 @@ The API (every answer is JSON; a mistake in a request is a 400 with {"error": ..
 - GET /api/runs/{id}/curves: a training run's curves;
 - GET /api/compare?a=ID&b=ID: two eval runs side by side, with `eval compare`'s statistics.
 
-Only the run directories given at start are read, never a path from a request.
+Only the run directories given at start are read, never a path from a request. The page
+shows every prompt and answer of the runs, so only callers on this machine are answered: a
+`Host` that is loopback (or allowed: `--allow-host`, for a server reached by name), and no
+browser `Origin` but the page's own (or one allowed: `--allow-origin`); a page on another
+site, cross-origin or through DNS rebinding, gets a 403 (`skyhub.remote.guard`). Connections
+must send their request head within a deadline, and are capped.
 """
 
 from __future__ import annotations
 
-import errno
 import socket
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import SkyhubError, UsageError
+from skyhub.errors import SkyhubError
 from skyhub.eval.view import data
 from skyhub.eval.view.data import Run
 
@@ -34,13 +39,19 @@ STATIC = Path(__file__).parent / "static"
 ROW_LIMIT = 2000
 
 
-def create_app(runs: list[Run]) -> Any:
-    """The FastAPI app serving `runs` (from `data.open_runs`)."""
+def create_app(runs: list[Run], *, allow_hosts: Collection[str] = (),
+               allow_origins: Collection[str] = (), bound_to: str | None = None) -> Any:
+    """The FastAPI app serving `runs` (from `data.open_runs`) to the callers the Host and
+    Origin policy admits (`skyhub.remote.guard.CallerPolicy`)."""
     from fastapi import FastAPI, HTTPException, Query, Request
     from fastapi.responses import FileResponse, JSONResponse
     from fastapi.staticfiles import StaticFiles
 
+    from skyhub.remote.guard import CallerPolicy, OriginGate
+
     app = FastAPI(title="skyhub view", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.callers = CallerPolicy.make(allow_hosts, allow_origins, bound_to=bound_to)
+    app.add_middleware(OriginGate, policy=app.state.callers)
     by_id = {r.id: r for r in runs}
 
     def get(run_id: str) -> Run:
@@ -106,27 +117,31 @@ def create_app(runs: list[Run]) -> Any:
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: a free one), or a UsageError that says what to
     change (a port in use is the usual case)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        hint = ("another program listens there: pass --port N (or --port 0 for any free port)"
-                if e.errno == errno.EADDRINUSE else "check --host and --port")
-        raise UsageError(f"cannot listen on {host}:{port} ({e.strerror}): {hint}") from None
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
+    from skyhub.remote.guard import listen_socket
+
+    return listen_socket(host, port, backlog=128)
 
 
-def serve(runs: list[Run], sock: socket.socket, log_level: str = "warning") -> None:
-    """Serve `runs` on `sock` (from `bind`) until Ctrl-C."""
+def server(runs: list[Run], sock: socket.socket, log_level: str = "warning", *,
+           allow_hosts: Collection[str] = (), allow_origins: Collection[str] = ()) -> Any:
+    """The uvicorn server of `runs` on `sock` (from `bind`), connections guarded (a request
+    head deadline, a connection cap: `skyhub.remote.guard`); `.run(sockets=[sock])` runs it."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(create_app(runs), log_level=log_level))
-    server.run(sockets=[sock])
+    from skyhub.remote.server import uvicorn_config
+
+    host = sock.getsockname()[0]
+    app = create_app(runs, allow_hosts=allow_hosts, allow_origins=allow_origins,
+                     bound_to=host)
+    return uvicorn.Server(uvicorn_config(app, host, sock.getsockname()[1],
+                                         log_level=log_level))
+
+
+def serve(runs: list[Run], sock: socket.socket, log_level: str = "warning", *,
+          allow_hosts: Collection[str] = (), allow_origins: Collection[str] = ()) -> None:
+    """Serve `runs` on `sock` (from `bind`) until Ctrl-C."""
+    server(runs, sock, log_level, allow_hosts=allow_hosts,
+           allow_origins=allow_origins).run(sockets=[sock])
 
 
 __all__ = ["ROW_LIMIT", "STATIC", "bind", "create_app", "serve"]

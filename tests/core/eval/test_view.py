@@ -37,7 +37,7 @@ def client(runs: dict[str, Path]):
     from skyhub.eval.view.app import create_app
 
     app = create_app(open_runs([runs["random"], runs["scripted"], runs["train"]]))
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -170,7 +170,7 @@ def test_a_run_still_being_written_is_reread(runs: dict[str, Path], tmp_path: Pa
     shutil.copytree(runs["scripted"], run)
     lines = (run / "episodes.jsonl").read_text().splitlines()
     (run / "episodes.jsonl").write_text("\n".join(lines[:5]) + "\n")
-    with TestClient(create_app(open_runs([run]))) as c:
+    with TestClient(create_app(open_runs([run])), base_url="http://127.0.0.1") as c:
         assert strict_json(c.get("/api/runs/growing/episodes"))["total"] == 5
         with (run / "episodes.jsonl").open("a") as f:
             f.write("\n".join(lines[5:]) + "\n")
@@ -239,7 +239,7 @@ def test_comparing_runs_of_two_envs_says_why_not(runs: dict[str, Path]) -> None:
     from skyhub.eval.view.app import create_app
 
     found = open_runs([runs["scripted"], runs["scripted"].parent / "recall-sample"])
-    with TestClient(create_app(found)) as c:
+    with TestClient(create_app(found), base_url="http://127.0.0.1") as c:
         r = c.get(f"/api/compare?a={found[0].id}&b={found[1].id}")
     assert r.status_code == 400 and "different envs" in r.json()["error"]
 

@@ -234,7 +234,7 @@ def test_many_concurrent_sessions_get_served_up_to_capacity_then_4429() -> None:
     n, cap = 24, 12
     holding, refused, errors = [], [], []
     ready, go = threading.Barrier(cap + 1, timeout=60), threading.Event()
-    with ServerThread(["toy-lookup"], max_sessions=cap) as srv:
+    with ServerThread(["toy-lookup"], max_sessions=cap, expose_reference=True) as srv:
         local = skyhub.make("toy-lookup")
 
         def holder(k: int) -> None:

@@ -56,7 +56,7 @@ def _registered() -> Iterator[None]:
 def server(_registered: None) -> Iterator[ServerThread]:
     with ServerThread(["toy-lookup", REC], max_message_bytes=10_000,
                       allow_kwargs=("max_turns", "label", "fail_on"),
-                      allow_client_tasks=True) as srv:
+                      allow_client_tasks=True, expose_reference=True) as srv:
         yield srv
 
 

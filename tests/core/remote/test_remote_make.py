@@ -31,7 +31,7 @@ def served() -> str:
     """`skyhub serve toy-lookup toy-arith` as its own process, as a user runs it."""
     port = free_port()
     proc = subprocess.Popen([str(Path(sys.executable).parent / "skyhub"), "serve", "toy-lookup",
-                             "toy-arith", "--port", str(port)],
+                             "toy-arith", "--port", str(port), "--expose-reference"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "NO_PROXY": "127.0.0.1,localhost"})
     url = f"ws://127.0.0.1:{port}"
