@@ -37,8 +37,19 @@ reports xfs); elsewhere each file a command or stream writes is bounded by RLIMI
 (`disk_mb`; EFBIG or SIGXFSZ past it), not their sum.
 
 Interpreters: the guest runs `python3 -I -u` (isolated: no user site, no PYTHON* variables,
-no cwd on sys.path) from a root-owned path with a fixed HOME, on every (re)start, so a hook a
-command plants (usercustomize, .pth, sitecustomize, a json.py) never runs inside it.
+no cwd on sys.path) from a root-owned path with a fixed HOME, so a hook a command plants
+(usercustomize, .pth, sitecustomize, a json.py) never runs inside it.
+
+One guest per container: it starts before any command runs and is never started again in
+that container. When a command kills it (or its channel breaks or hangs), the next request
+replaces the container with a fresh one of the image, snapshots kept (`replaced` counts it;
+the command that lost its guest gets exit 137 saying so). A second guest beside the agent's
+processes could be opened through /proc/<pid>/fd (same uid) before it turns undumpable and
+answered for; in a root image its code and the stdlib are the agent's to rewrite. Root-run
+sandboxes keep their snapshots on the host too (root can rewrite those in the container).
+
+Logs: every container logs with Docker's `none` driver, so what a root command writes to
+/proc/1/fd/1 never reaches the host's disk (the default json-file log is unbounded).
 
 Budgets: replies over `max_reply_mb` (default 64 MiB; file transfers may be as big as the
 sandbox's disk and memory) break the channel instead of being buffered.
@@ -452,9 +463,10 @@ class DockerSandbox(Sandbox):
 
     def _request(self, req: dict[str, Any], timeout: float | None,
                  idempotent: bool = True, max_bytes: int | None = None) -> dict[str, Any] | None:
-        """Send one request to the guest. A broken channel is restarted once: idempotent
-        requests are retried, others return None (the command's fate is unknown). A reply
-        over `max_bytes` (default: `max_reply`) breaks the channel."""
+        """Send one request to the guest. A broken channel replaces the container once (see
+        the module docstring): idempotent requests are retried there, others return None
+        (the command's fate is unknown). A reply over `max_bytes` (default: `max_reply`)
+        breaks the channel."""
         self._check_open()
         with self._lock:
             for attempt in range(2):

@@ -6,7 +6,8 @@ with Docker's low-level exec API and attached through a hijacked socket. A reque
 length-prefixed JSON message (the guest's own framing), so `exec("true")` costs a round trip
 plus a fork inside the container instead of a Docker exec (~70 ms). The interpreter runs
 isolated (`-I`: no user site, no PYTHON* variables, no cwd on sys.path) with a fixed HOME,
-so nothing a command leaves in the sandbox is loaded by the guest when it is restarted.
+so nothing a command leaves in the sandbox is loaded by it (and a guest never starts twice in
+one container: see docker.py).
 
 Byte budgets: a reply (and a Docker stream frame) longer than the channel's budget breaks the
 channel (`ChannelBroken`) before anything of it is buffered, so a hijacked process cannot
@@ -166,7 +167,7 @@ class GuestChannel(Channel):
     def request(self, req: dict[str, Any], timeout: float | None,
                 max_bytes: int | None = None) -> dict[str, Any]:
         """Send `req`, return the guest's reply to it. Anything but a well-formed reply that
-        echoes this request's id breaks the channel (the sandbox then restarts the guest),
+        echoes this request's id breaks the channel (the sandbox then replaces its container),
         and so does a reply over `max_bytes` (default: the channel's `max_reply`)."""
         self._seq += 1
         self.sock.settimeout(timeout)

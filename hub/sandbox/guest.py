@@ -988,7 +988,9 @@ def _prctl(option, arg):
 def make_undumpable():
     """PR_SET_DUMPABLE=0: commands run as the same user can then neither open
     /proc/<guest>/fd/1 to forge replies (e.g. a fake passing test run) nor ptrace the guest.
-    Commands it starts are dumpable again after their execve. Best effort."""
+    Commands it starts are dumpable again after their execve. Best effort. The in-container
+    guest does it before its other imports too, and it only ever starts in a container no
+    command has run in yet (docker.py): the window before this call has nobody to use it."""
     _prctl(4, 0)
 
 
