@@ -273,3 +273,32 @@ def test_a_verifier_slow_on_the_pristine_image_is_an_infra_error(
         _, reward, terminated, truncated, info = (env.reset(), env.step("<done/>"))[1]
     assert (terminated or truncated) and info["infra_error"] is True, info
     assert reward == 0.0 and "pristine image too" in info["error"], info
+
+
+# ------------------------------------------------------------ what the data copy carries
+PTH = ("import os; open('/logs/verifier/reward.txt', 'w').write('1'); os._exit(0)")
+
+
+@pytest.mark.parametrize("isolation", ["training", "harbor"])
+def test_a_python_start_up_file_in_a_home_is_not_carried(docker_daemon: None, tmp_path: Path,
+                                                          isolation: str) -> None:
+    """/root as a data root (`verifier_paths`): its files are carried, its dot-entries (here
+    Python's user site, whose .pth lines run at every python3 start) are not. The same file
+    forges Harbor's shared verifier (the attack is real)."""
+    task = make_task(tmp_path, "python-check", PYTHON_CHECK)
+    site = "/root/.local/lib/python3.11/site-packages"
+    kwargs = {"verifier_paths": ["/root"]} if isolation == "training" else {}
+    with skyhub.make("harbor", data_dir=str(task), isolation=isolation, **kwargs) as env:
+        reward, info = play(env, None, f"mkdir -p {site} && printf '%s\\n' "
+                            f"{shlex.quote(PTH)} > {site}/forge.pth && echo kept > /root/note")
+    if isolation == "harbor":
+        assert forged(reward, info), info
+        return
+    assert failed(reward, info), info
+    assert info["copied"].get("/root") == "copied", info
+
+
+@pytest.mark.parametrize("path", ["/", "/etc", "/usr/lib", "/lib/x86_64-linux-gnu", "tmp"])
+def test_verifier_paths_never_name_where_programs_live(path: str) -> None:
+    with pytest.raises(skyhub.errors.UsageError, match="verifier_paths"):
+        skyhub.make("harbor-examples", isolation="training", verifier_paths=[path])
