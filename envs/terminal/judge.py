@@ -9,7 +9,14 @@ Both shell families (`terminal`, `harbor`) end an episode the same way:
    nor skyhub's in-container agent (which a command may kill, and which the host side may
    lose) stands between the verifier and its verdict; elsewhere the backend's `exec`. Its
    environment is fixed: no BASH_ENV/ENV/PROMPT_COMMAND the agent could have set, and the
-   deadline is kept from the host (`docker_exec` kills the verifier's processes past it);
+   deadline is kept from the host (`docker_exec` kills the verifier's processes past it).
+   A verifier that runs the agent's code runs it beside its own shell, as the same uid: the
+   sandbox denies ptrace and process_vm_* to every process in it (`skyhub.sandbox.seccomp`),
+   and with `undumpable=True` the shell runs from an execute-only copy of bash, which the
+   kernel makes undumpable, so its memory is out of reach through /proc too (issue 28,
+   finding 3). Processes the shell starts later (a `python3 check.py`) are ordinary ones: a
+   daemon the agent's code leaves behind during the verifier could still write their memory
+   through /proc; a verifier that runs agent code should decide its verdict in the shell;
 3. when the sandbox stops answering, `who_broke` applies the infra-error rule (hub/env.py):
    `"host"` when the container was killed or removed from outside, or the daemon is gone (an
    infra error: masked); `"agent"` when it stopped from inside (a root agent can end pid 1's

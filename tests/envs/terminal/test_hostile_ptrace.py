@@ -122,6 +122,29 @@ def test_a_ptrace_attack_on_the_verifier_scores_zero(backend: str, tmp_path: Pat
     assert (reward, info["verifier_exit_code"], info["infra_error"]) == (0.0, 1, False), info
 
 
+#: passes only if something recreates /work/flag while it looks: a daemon the agent left
+VERIFY_DAEMON = ("#!/bin/bash\nrm -f /work/flag\nfor i in $(seq 20000); do\n"
+                 "  [ -e /work/flag ] && { echo 'a daemon wrote the flag'; exit 0; }\ndone\n"
+                 "exit 1\n")
+
+
+def test_the_agents_processes_are_gone_before_the_verifier(backend: str,
+                                                            tmp_path: Path) -> None:
+    task = tmp_path / "forge-by-daemon"
+    task.mkdir()
+    (task / "instruction.md").write_text("Nothing can solve this task.\n")
+    (task / "verify.sh").write_text(VERIFY_DAEMON)
+    daemon = ("setsid bash -c 'trap \"\" TERM HUP INT; (while :; do : > /work/flag; done) "
+              "</dev/null >/dev/null 2>&1 &' </dev/null >/dev/null 2>&1; "
+              "for i in $(seq 1000); do [ -e /work/flag ] && break; done; ls /work/flag")
+    with skyhub.make("terminal", data_dir=task, backend=backend) as env:
+        env.reset(seed=0)
+        obs, *_ = env.step(f"<bash>{daemon}</bash>")
+        assert "/work/flag" in obs and "exit 0" in obs, obs  # the daemon runs
+        _, reward, *_, info = env.step("<done/>")
+    assert (reward, info["verifier_exit_code"]) == (0.0, 1), info
+
+
 PTRACE_OWN = r'''python3 - <<'EOF'
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
