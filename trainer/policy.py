@@ -130,11 +130,11 @@ def logprob_gap(acc: Gap, learner: Tensor, engine: Tensor, mask: Tensor) -> Gap:
     the engine holds the learner's own weights, far more for bf16 vLLM or stale weights."""
     with torch.no_grad():
         keep = (mask > 0) & (engine != 0.0)
-        delta = (learner.detach().float() - engine.float()).abs()[keep]
-        if not delta.numel():
+        delta = (learner.detach() - engine).abs_().mul_(keep)  # 0 where not kept
+        total, n, top = torch.stack((delta.sum(), keep.sum(), delta.max())).tolist()
+        if not n:
             return acc
-        return (acc[0] + float(delta.sum()), acc[1] + float(delta.numel()),
-                max(acc[2], float(delta.max())))
+        return (acc[0] + total, acc[1] + n, max(acc[2], top))
 
 
 def gap_metrics(parts: list[Gap]) -> dict[str, float]:

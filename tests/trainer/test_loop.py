@@ -176,3 +176,18 @@ def test_the_prompt_filter_refuses_to_leave_nothing_to_train_on(tmp_path):
 
     with pytest.raises(UsageError, match=r"env\.max_prompt_tokens=1"):
         train(small(tmp_path, "loop.max_steps=1", "env.max_prompt_tokens=1"), live=False)
+
+
+def test_the_logprob_gap_counts_sampled_tokens_only_and_combines_over_ranks():
+    from skyhub.trainer.policy import gap_metrics, logprob_gap
+
+    learner = torch.tensor([[-1.0, -2.0, -0.5, -0.1], [-3.0, -1.0, 0.0, 0.0]])
+    engine = torch.tensor([[-1.1, -2.0, -0.5, 0.0], [-2.0, -1.5, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+    # kept: (0,0) 0.1, (0,1) 0, (1,0) 1.0, (1,1) 0.5; (0,2) is an observation, (0,3) the
+    # closing EOS the engine did not sample (logprob 0.0), row 1's tail padding
+    a = logprob_gap((0.0, 0.0, 0.0), learner[:1], engine[:1], mask[:1])
+    b = logprob_gap((0.0, 0.0, 0.0), learner[1:], engine[1:], mask[1:])
+    m = gap_metrics([a, b])
+    assert m["logp_gap_mean"] == pytest.approx(1.6 / 4) and m["logp_gap_max"] == pytest.approx(1.0)
+    assert gap_metrics([(0.0, 0.0, 0.0)]) == {}
