@@ -6,7 +6,9 @@ command is sent as one line, `eval "$(printf %s BASE64 | base64 -d)" </dev/null`
 `printf` of a marker with a fresh nonce, the exit status and `$PWD`:
 
 - one line in, so a multi-line command, a heredoc or an unbalanced quote cannot leave the
-  shell waiting for more input (a syntax error is just exit status 2);
+  shell waiting for more input (a syntax error is just exit status 2); a long command (over
+  `LINE_CHUNK` base64 characters) first goes in as short assignment lines, since a terminal
+  keeps only 4095 characters of a line (`command_lines`);
 - `eval` runs in the shell itself, so `cd`, variables, functions and background jobs persist;
 - stdin is /dev/null, so `read`, a REPL or an editor gets end-of-file instead of hanging;
 - the marker's nonce is new per command and secret from the command, so its output cannot
@@ -283,4 +285,5 @@ class ShellSession:
         self.close()
 
 
-__all__ = ["SHELL_ENV", "CommandResult", "ShellSession", "printable"]
+__all__ = ["LINE_CHUNK", "SHELL_ENV", "CommandResult", "ShellSession", "command_lines",
+           "printable"]
