@@ -757,10 +757,14 @@ def _why(info: dict[str, Any]) -> str | None:
     return None
 
 
+_SHELL_CMDS = ("script -qfec bash --noprofile --norc -i /dev/null",
+               "sh -c bash --noprofile --norc -i", "bash --noprofile --norc -i")
+
+
 def _left_running(sb: Any) -> list[str]:
     """The command lines of the processes the agent left in its container (Docker's `top`,
-    run by the host: nothing in the container is executed), less pid 1, its init and
-    skyhub's guest."""
+    run by the host: nothing in the container is executed), less pid 1, its init, skyhub's
+    guest and the agent's interactive shell itself (session.py's `script` + `bash -i`)."""
     try:
         top = sb.container.top(ps_args="-o pid,args")
     except Exception:  # stopped, or Docker cannot say: nothing to report
@@ -768,8 +772,8 @@ def _left_running(sb: Any) -> list[str]:
     cmds = []
     for row in top.get("Processes") or []:
         cmd = str(row[-1]) if row else ""
-        if not cmd or "/opt/skyhub/" in cmd or cmd.startswith(("sleep infinity", "/sbin/docker-init",
-                                                          "/dev/init", "docker-init")):
+        if not cmd or "/opt/skyhub/" in cmd or cmd in _SHELL_CMDS or cmd.startswith(
+                ("sleep infinity", "/sbin/docker-init", "/dev/init", "docker-init")):
             continue
         cmds.append(cmd[:120])
     return cmds

@@ -143,6 +143,7 @@ def test_the_oracle_scores_one_under_training(training: skyhub.TextEnv) -> None:
         reward, info = oracle(training, task_id)
         assert forged(reward, info) and "sandbox_broken" not in info, (task_id, info)
         assert any(p == "/app" for p in info["copied"]), info
+        assert "verifier_note" not in info, info  # the agent's own shell is no service
 
 
 # ------------------------------------------------------ harbor: as forgeable as Harbor's mode
