@@ -130,7 +130,7 @@ class LoopConfig:
     # batch running on into the next epoch.
     drop_last: bool = False
     eval_every: int = 5
-    eval_before_train: bool = False  # also evaluate the starting policy (logged as step 0)
+    eval_before_train: bool = False  # also evaluate the starting policy (step 0; not on --resume)
     # Eval tasks played per batch (each batch finishes before the next starts: SkyRL's
     # eval_batch_size); null: all of them at once (rollout.max_in_flight still caps them).
     eval_batch_size: int | None = None

@@ -87,3 +87,11 @@ def test_another_env_clears_the_recipes_env_settings_and_evaluates_on_itself() -
     assert other.env.eval_id == "toy-arith"
     same = load_config("tiny-cpu", ["env.eval_kwargs.n_tasks=5"], env_id="toy-lookup")
     assert (same.env.eval_id, same.env.eval_kwargs) == ("toy-lookup", {"n_tasks": 5})
+
+
+@pytest.mark.parametrize("item", ["env.max_prompt_tokens=0", "loop.eval_batch_size=0",
+                                  "loop.hf_save_every=-1"])
+def test_the_sql_recipes_new_keys_refuse_values_below_one(item):
+    key = item.partition("=")[0]
+    with pytest.raises(UsageError, match=key.replace(".", r"\.")):
+        load_config("tiny-cpu", [item])

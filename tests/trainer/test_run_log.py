@@ -59,3 +59,10 @@ def test_curves_have_a_panel_per_figure_logged(tmp_path: Path) -> None:
     narrow = matplotlib.image.imread(plot_metrics(less, tmp_path / "less.png"))
     assert wide.shape[1] > 2 * narrow.shape[1]
     assert len(PANELS) >= 9 and any("entropy" in keys for _, keys in PANELS)
+
+
+def test_the_new_statistics_land_in_their_groups():
+    assert metric_tag("logp_gap_mean") == "train/logp_gap_mean"
+    assert metric_tag("zero_variance_groups") == "rollout/zero_variance_groups"
+    assert metric_tag("response_tokens_max") == "rollout/response_tokens_max"
+    assert metric_tag("gen_tokens_per_s") == "time/gen_tokens_per_s"
