@@ -183,13 +183,29 @@ def test_tinker_section_runs(tmp_path: Path) -> None:
 
 
 def test_dry_run_block_is_what_the_command_prints() -> None:
-    block = re.search(r"```text\n\$ (skyhub train [^\n]*--dry-run[^\n]*)\n(.*?)```", TEXT, re.S)
+    """Each `$ skyhub train ... --dry-run` in the README's block prints what is shown under it.
+
+    A line `...` stands for output left out: what follows it must end the output. A following
+    `$ echo $?` gives the exit code the command must end with (0 when absent)."""
+    block = re.search(r"```text\n(\$ skyhub train [^\n]*--dry-run.*?)```", TEXT, re.S)
     assert block is not None, "the README's Training section shows a --dry-run"
+    runs = re.split(r"^\$ (skyhub train [^\n]*)\n", block.group(1), flags=re.M)[1:]
+    assert len(runs) >= 4, "the block shows a config that fits and one that does not"
     exe = Path(sys.executable).parent / "skyhub"
-    r = subprocess.run([str(exe), *block.group(1).split()[1:]], capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "COLUMNS": "120"})
-    assert r.returncode == 0, r.stderr
-    assert r.stdout == block.group(2)
+    for command, shown in zip(runs[::2], runs[1::2]):
+        code = 0
+        status = re.search(r"^\$ echo \$\?\n(\d+)\n\Z", shown, re.M)
+        if status:
+            code, shown = int(status.group(1)), shown[: status.start()]
+        shown = shown.rstrip("\n") + "\n"
+        r = subprocess.run([str(exe), *command.split()[1:]], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "COLUMNS": "120"})
+        assert r.returncode == code, (command, r.stderr)
+        printed = r.stdout + r.stderr
+        if shown.startswith("...\n"):
+            assert printed.endswith(shown[4:]), (command, printed)
+        else:
+            assert printed == shown, command
 
 
 def test_adapter_snippets_are_the_files_their_tests_run() -> None:

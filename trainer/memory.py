@@ -483,7 +483,7 @@ def placement(cfg: Any, devices: Devices, host_mem: str | None = None) -> Plan:
             fixes = _host_fixes(plan) if row.capacity is not None else _fixes(plan, row, tokens)
             problems.append(f"{row.gpus}" + (f" ({row.phase})" if row.phase else "")
                             + f" needs {row.total / GiB:.1f} GiB of {capacity / GiB:.0f}; "
-                            f"try {'; or '.join(fixes)}")
+                            "try " + ";\n    or ".join(fixes))
     return plan
 
 

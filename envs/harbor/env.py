@@ -245,7 +245,8 @@ class HarborEnv(TerminalEnv):
     def step(self, action: str) -> StepResult:
         if self._oracle_action is not None and action.strip() == self._oracle_action:
             self._oracle_action = None
-            return self._oracle_step()
+            with self._episode_clock():  # the oracle's time counts like any step's
+                return self._oracle_step()
         return super().step(action)
 
     def _verify(self, obs: str, *, ended_by: str) -> StepResult:

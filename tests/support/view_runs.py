@@ -24,9 +24,11 @@ from skyhub.eval.agents import Reply
 SUPPORT = Path(__file__).resolve().parent
 SKYHUB = [sys.executable, "-m", "skyhub.cli.main"]
 N_EPISODES = 12
-# the training run: toy-recall, 2 steps of a tiny model (tests/trainer/test_loop.py's sizes)
+# the training run: toy-recall, 2 steps of a tiny model (tests/trainer/test_loop.py's sizes);
+# two mini-batches a step, so the policy moves between sampling and training and the run logs
+# its clip fraction and ratio (a one-update on-policy step leaves them out: they are inert)
 TRAIN_OVERRIDES = ["loop.max_steps=2", "rollout.samples_per_prompt=4",
-                   "optim.train_batch_size=4", "optim.mini_batch_size=4", "env.num_envs=4",
+                   "optim.train_batch_size=4", "optim.mini_batch_size=2", "env.num_envs=4",
                    "loop.eval_every=2", "loop.eval_tasks=4", "loop.tensorboard=false",
                    "loop.save_episodes=true"]
 # for the README's screenshots (SKYHUB_WRITE_SCREENSHOTS=1): curves worth looking at, ~1 min
