@@ -192,7 +192,7 @@ def test_dry_run_block_is_what_the_command_prints() -> None:
     runs = re.split(r"^\$ (skyhub train [^\n]*)\n", block.group(1), flags=re.M)[1:]
     assert len(runs) >= 4, "the block shows a config that fits and one that does not"
     exe = Path(sys.executable).parent / "skyhub"
-    for command, shown in zip(runs[::2], runs[1::2]):
+    for command, shown in zip(runs[::2], runs[1::2], strict=True):
         code = 0
         status = re.search(r"^\$ echo \$\?\n(\d+)\n\Z", shown, re.M)
         if status:
