@@ -3,7 +3,7 @@
 The final program is graded in a *separate* sandbox, restored to a clean state (every process
 killed) before each grading, so nothing the agent left in its kernel (monkeypatched builtins,
 files, background processes) can make a test pass; within the grading, the tests run in a
-process the program cannot reach (`skyhub.envs.python.harness`). A program that breaks the
+process the program cannot reach (`skyhub.envs.python.sandbox_runner`). A program that breaks the
 grading from inside (kills the harness or the in-sandbox guest) fails the tests it left
 without a verdict, with `sandbox_broken=True`; only a grading sandbox that is gone (its
 container or daemon) is an infra error.
@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skyhub.deprecation import renamed_kwargs
 from skyhub.errors import InfraError, SandboxUnavailable
 from skyhub.sandbox.base import Sandbox, Snapshot
 
@@ -36,7 +35,6 @@ class CodeEnv(KernelEnv):
 
     prompt_template = protocol.CODE_SYSTEM_PROMPT
 
-    @renamed_kwargs(data="data_dir", test_timeout="test_timeout_s")
     def __init__(self, *, data_dir: str | Path | None = None, split: str | None = None,
                  test_timeout_s: float = 10.0, partial_credit: bool = False,
                  **kwargs: Any) -> None:

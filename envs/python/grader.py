@@ -4,8 +4,8 @@ The program and a small harness are written to a fresh `grade-<uuid>/` directory
 sandbox's workdir, run with `sandbox.exec`, and the directory is removed afterwards. Test kinds
 (the `tests` dict of a task's meta, see `skyhub.envs.python.code_tasks`):
 
-- `asserts` (MBPP) and `check` (HumanEval): `skyhub.envs.python.harness` runs the tests in a
-  verifier process and the program in a program server it starts, and only plain data
+- `asserts` (MBPP) and `check` (HumanEval): `skyhub.envs.python.sandbox_runner` runs the tests
+  in a verifier process and the program in a program server it starts, and only plain data
   crosses between them: the program cannot rewrite the test list, patch the tests' builtins,
   jump over an assert, hand back an object with a rigged `__eq__`, read the hidden tests or
   forge a verdict line (the nonce that tags them, and the tests, reach the verifier on
@@ -216,12 +216,12 @@ def _grade_in_process(sandbox: Sandbox, subdir: str, tests: dict[str, Any], pyth
     # a test may cost its limit twice (a timed-out program is restarted, its load timed too)
     budget = min(timeout * 2 * (total + 1), max(2 * timeout, MAX_TOTAL_TIMEOUT))
     spec.update(limit=timeout, budget=budget)
-    _call(sandbox.write_file, f"{subdir}/harness.py", _harness_source())
+    _call(sandbox.write_file, f"{subdir}/sandbox_runner.py", _runner_source())
     nonce = secrets.token_hex(16)
     overall = budget + timeout + 30.0  # the verifier stops itself at `budget`
     # the tests travel on stdin, read by the verifier before the program starts: they are
     # never in a file or a process the program can read
-    r = _exec(sandbox, [python, "-I", "harness.py"], subdir,
+    r = _exec(sandbox, [python, "-I", "sandbox_runner.py"], subdir,
               nonce + "\n" + json.dumps(spec), overall)
     started, verdicts = _parse(r.stdout, nonce)
     if not started:
@@ -249,8 +249,8 @@ def _grade_in_process(sandbox: Sandbox, subdir: str, tests: dict[str, Any], pyth
 
 
 @functools.cache
-def _harness_source() -> str:
-    return (Path(__file__).resolve().parent / "harness.py").read_text(encoding="utf-8")
+def _runner_source() -> str:
+    return (Path(__file__).resolve().parent / "sandbox_runner.py").read_text(encoding="utf-8")
 
 
 def _ended(stdout: str, nonce: str) -> bool:

@@ -24,8 +24,9 @@ ERRORS = ROOT / "hub" / "errors.py"
 #: Code that runs inside a sandbox, on the sandbox's own python3, where skyhub is not
 #: installed: it cannot import `skyhub.errors`, so its exceptions stay where they are.
 IN_SANDBOX = {
-    "envs/python/harness.py": "python-code's test harness, run as `python3 -I harness.py` in "
-                              "the sandbox (standard library only)",
+    "envs/python/sandbox_runner.py": "python-code's test runner, run as `python3 -I "
+                                     "sandbox_runner.py` in the sandbox (standard library "
+                                     "only)",
     "envs/python/image/kernel_bridge.py": "the Python family's kernel bridge, copied into "
                                           "its image (standard library and ipykernel only)",
     "hub/sandbox/guest.py": "the in-container daemon, copied into every Docker sandbox "
