@@ -54,7 +54,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skyhub.deprecation import renamed_kwargs
 from skyhub.env import StepResult
 from skyhub.envs.terminal import judge
 from skyhub.envs.terminal.env import TerminalEnv
@@ -83,7 +82,7 @@ def _put_dir(container_: Any, src: Path, name: str) -> None:
 
 class HarborEnv(TerminalEnv):
     """Kwargs: `data_dir` (a Harbor task or dataset directory, or a Terminal-Bench one;
-    required; formerly `path`), `max_turns`, `command_timeout_s` (per agent command),
+    required), `max_turns`, `command_timeout_s` (per agent command),
     `max_tool_calls` and `turn_timeout_s`
     (per turn, as for `terminal`), `max_output`, `isolation` ("harbor": as Harbor runs tasks;
     "training": skyhub's stricter sandbox), `reward_key` (which named reward of reward.json is
@@ -98,8 +97,6 @@ class HarborEnv(TerminalEnv):
     # the oracle's one-time token (reference_action) differs between two plays
     replay_ignore = (r"# skyhub oracle [0-9a-f]{16}",)
 
-    @renamed_kwargs(path="data_dir", command_timeout="command_timeout_s",
-                    turn_timeout="turn_timeout_s")
     def __init__(self, *, data_dir: str | Path | None = None, max_turns: int = 50,
                  command_timeout_s: float = 60.0, max_output: int = 16384,
                  max_tool_calls: int = 8, turn_timeout_s: float | None = None,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyhub.deprecation import renamed_kwargs
 from skyhub.env import StepResult, TextEnv
 from skyhub.errors import InfraError
 
@@ -39,7 +38,6 @@ class KernelEnv(TextEnv):
     malformed = protocol.MALFORMED
     prompt_template = ""
 
-    @renamed_kwargs(cell_timeout="cell_timeout_s")
     def __init__(self, *, backend: str = "auto", max_turns: int = 8, cell_timeout_s: float = 10.0,
                  max_output: int = 4096, cpus: float = 1.0, memory_mb: int = 2048,
                  warm_reset: bool = True) -> None:

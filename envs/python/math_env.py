@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skyhub.deprecation import renamed_kwargs
-
 from . import protocol
 from .env import KernelEnv
 from .math_check import check_answer, prewarm
@@ -29,7 +27,6 @@ class MathEnv(KernelEnv):
     malformed = protocol.MALFORMED_MATH
     prompt_template = protocol.MATH_SYSTEM_PROMPT
 
-    @renamed_kwargs(data="data_dir", grade_timeout="grade_timeout_s")
     def __init__(self, *, data_dir: str | Path | None = None, split: str | None = None,
                  grade_timeout_s: float = 10.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skyhub.deprecation import renamed_kwargs
 from skyhub.env import StepResult, TextEnv
 from skyhub.errors import InfraError
 
@@ -21,15 +20,13 @@ class SearchEnv(TextEnv):
     `qa-<split>.jsonl`), or the files one by one: `corpus` (JSONL, default the bundled one),
     `qa` (JSONL/parquet); `index` (a directory from `skyhub index build`), `retriever_url` (a
     Search-R1 retrieval server; then no local index is built), `topk`, `max_turns`, `split`,
-    `index_backend` ("bm25s" or "tantivy"; the same one the `index` directory was built with;
-    formerly `backend`), `retriever_timeout_s` and `retries` (per retrieval server request;
-    `retriever_timeout_s` was `timeout`).
+    `index_backend` ("bm25s" or "tantivy"; the same one the `index` directory was built with),
+    `retriever_timeout_s` and `retries` (per retrieval server request).
     The local index is built once per process and shared by all envs on the same corpus.
     """
 
     stop_strings = ("</search>", "</answer>")
 
-    @renamed_kwargs(backend="index_backend", timeout="retriever_timeout_s")
     def __init__(self, *, data_dir: str | Path | None = None, corpus: str | Path | None = None,
                  index: str | Path | None = None, qa: str | Path | None = None,
                  retriever_url: str | None = None, topk: int = 3, max_turns: int = 4,

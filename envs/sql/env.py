@@ -71,7 +71,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from skyhub.deprecation import renamed_kwargs
 from skyhub.env import TextEnv
 from skyhub.errors import InfraError, UsageError
 from skyhub.task import Task
@@ -136,7 +135,7 @@ class SQLEnv(TextEnv):
         max_turns: skyrl-train: turns per episode (6, as SkyRL-SQL trains with);
             skyrl-eval: tool rounds before the final answer (5, as SkyRL-SQL evaluates).
         max_rows / max_chars: how much of a result an observation shows.
-        query_timeout_s: time limit of the agent's exploring queries (formerly `timeout_s`).
+        query_timeout_s: time limit of the agent's exploring queries.
         solution_timeout_s: time limit of the solution's and the gold's queries (30 s in
             skyrl-train as skyrl-gym, 40 s in skyrl-eval as SkyRL-SQL's evaluation).
         result_cache: reuse the result of a query already run in the episode (an agent often
@@ -154,7 +153,6 @@ class SQLEnv(TextEnv):
     stop_strings = proto.STOP_STRINGS
     slice_key = "db_id"  # a sample of the tasks is spread over the databases
 
-    @renamed_kwargs(timeout_s="query_timeout_s")
     def __init__(self, *, dataset: str = "spider", data_dir: str | Path | None = None,
                  split: str = "dev", engine: str = "sqlite", protocol: str = "skyrl-train",
                  reward: str | None = None, max_turns: int | None = None, max_rows: int = 50,

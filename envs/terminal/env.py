@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from skyhub.deprecation import renamed_kwargs
 from skyhub.env import StepResult, TextEnv
 from skyhub.errors import InfraError, SandboxUnavailable
 
@@ -54,8 +53,7 @@ MAX_TOOL_CALLS = 8
 
 class TerminalEnv(TextEnv):
     """Kwargs: `synth` (generated tasks; `seed` picks the stream, `n_tasks` how many) or
-    `data_dir` (a task directory or a directory of them; default the bundled examples;
-    formerly `path`);
+    `data_dir` (a task directory or a directory of them; default the bundled examples);
     `backend` ("auto", "docker", "local"), `image` (docker; default skyhub's default image),
     `max_turns`, `command_timeout_s` (per command), `max_tool_calls` (commands per turn),
     `turn_timeout_s` (per turn, all its commands together; default twice `command_timeout_s`),
@@ -65,8 +63,6 @@ class TerminalEnv(TextEnv):
     #: The same actions as function-calling tools (see `protocol`), for chat templates.
     tools = protocol.TOOLS
 
-    @renamed_kwargs(path="data_dir", command_timeout="command_timeout_s",
-                    turn_timeout="turn_timeout_s")
     def __init__(self, *, synth: bool = False, seed: int = 0, n_tasks: int = 1000,
                  data_dir: str | Path | None = None, backend: str = "auto",
                  image: str | None = None, max_turns: int = 30, command_timeout_s: float = 30.0,
