@@ -70,3 +70,23 @@ def bwrap() -> str:
 def need() -> Callable[[str, str, str], None]:
     """`need(what, env_var, reason)`: skip, or fail when `env_var`=1 (CI)."""
     return need_service
+
+
+# -- sandbox backends: one fixture parametrised over them, for the test files of every family
+@pytest.fixture(scope="module")
+def local_backend(bwrap: str) -> str:
+    """"local", once bubblewrap is there (a family's conftest may ask for more: override it)."""
+    return "local"
+
+
+@pytest.fixture(scope="module")
+def docker_backend(docker_daemon: None) -> str:
+    """"docker", once a daemon answers (a family's conftest may ask for its image: override it)."""
+    return "docker"
+
+
+@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each sandbox backend in turn, skipped (or failed in CI) where its service is missing:
+    what "missing" means is `local_backend`'s and `docker_backend`'s to say."""
+    return request.getfixturevalue(f"{request.param}_backend")

@@ -18,7 +18,6 @@ import random
 import string
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,20 +68,6 @@ print("verifier rewritten", flush=True)
 '''
 #: the task: the verifier runs the agent's script, then fails whatever it did
 VERIFY = "#!/bin/bash\nbash /work/agent.sh\necho 'FAIL: this task is never solved'\nexit 1\n"
-
-
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> str:
-    request.getfixturevalue("bwrap" if request.param == "local" else "docker_daemon")
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def shell(backend: str) -> Iterator[ShellSession]:
-    import skyhub.sandbox
-
-    with skyhub.sandbox.create(backend=backend) as sb, ShellSession(sb) as s:
-        yield s
 
 
 def _x86_64() -> None:

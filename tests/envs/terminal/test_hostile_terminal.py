@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,6 @@ import skyhub
 from skyhub.envs.terminal.session import ShellSession
 
 pytestmark = [pytest.mark.hostile, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> str:
-    request.getfixturevalue("bwrap" if request.param == "local" else "docker_daemon")
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def shell(backend: str) -> Iterator[ShellSession]:
-    import skyhub.sandbox
-
-    with skyhub.sandbox.create(backend=backend) as sb, ShellSession(sb) as s:
-        yield s
 
 
 # ------------------------------------------------------------------- the end marker (12)

@@ -15,20 +15,6 @@ from skyhub.envs.terminal.session import ShellSession, printable
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> str:
-    request.getfixturevalue("bwrap" if request.param == "local" else "docker_daemon")
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def shell(backend: str) -> Iterator[ShellSession]:
-    import skyhub.sandbox
-
-    with skyhub.sandbox.create(backend=backend) as sb, ShellSession(sb) as s:
-        yield s
-
-
 def test_state_persists_across_commands(shell: ShellSession) -> None:
     r = shell.run("mkdir -p a/b && cd a/b && export X=41 && f() { echo $((X+1)); }")
     assert r.exit_code == 0
