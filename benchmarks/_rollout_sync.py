@@ -83,7 +83,7 @@ def transport_only(model: Any, repeats: int) -> dict[str, float]:
     import torch
     from safetensors import safe_open
 
-    from skyhub.trainer.engines.vllm import VLLMEngine, _MemoryReceiver, _MemorySender
+    from skyhub.trainer.inference.vllm import VLLMEngine, _MemoryReceiver, _MemorySender
 
     state = model.state_dict()
     params = {name: torch.empty_like(t) for name, t in state.items()}
@@ -136,7 +136,7 @@ def transport_only(model: Any, repeats: int) -> dict[str, float]:
 
 def end_to_end(model: Any, repeats: int) -> dict[str, float]:
     """(a): `update_weights` on a running engine, memory then file, alternating."""
-    from skyhub.trainer.engines.vllm import VLLMEngine
+    from skyhub.trainer.inference.vllm import VLLMEngine
     from skyhub.trainer.weight_sync import check_sync
 
     t0 = time.perf_counter()

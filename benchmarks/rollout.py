@@ -43,7 +43,7 @@ from typing import Any
 from benchmarks._common import result, write
 from skyhub import Task, TaskSet, TextEnv
 from skyhub.trainer.config import RolloutConfig
-from skyhub.trainer.engines import Completion, SamplingParams
+from skyhub.trainer.inference import Completion, SamplingParams
 from skyhub.trainer.rollout import Rollout, Trajectory
 from skyhub.vector import VectorEnv
 
@@ -325,7 +325,7 @@ def device_sampling(device: str = "cuda", rows: int = 64, vocab: int = 151_936,
     work, so there the ratio says nothing."""
     import torch
 
-    from skyhub.trainer.engines.hf import _sample
+    from skyhub.trainer.inference.hf import _sample
 
     dev = torch.device(device)
     logits = torch.randn(rows, vocab, device=dev)

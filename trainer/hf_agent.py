@@ -83,7 +83,7 @@ class HFAgent(Agent):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from skyhub.trainer.chat import ChatFormat
-        from skyhub.trainer.engines import SamplingParams, make_engine
+        from skyhub.trainer.inference import SamplingParams, make_engine
 
         model_dir, tok_dir = resolve_model_dir(path)
         from transformers.utils import logging as hf_logging

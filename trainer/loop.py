@@ -421,7 +421,7 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
          checkpoint: Path | None, plan: Any = None) -> RunSummary:
     import skyhub
     from skyhub.trainer import dist as D
-    from skyhub.trainer.engines import make_engine
+    from skyhub.trainer.inference import make_engine
     from skyhub.trainer.placement import build_engines
     from skyhub.trainer.rollout import Rollout
     from skyhub.trainer.run_log import RunLog

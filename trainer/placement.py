@@ -304,8 +304,8 @@ def build_engines(plan: RolloutPlan, model: Any, tokenizer: Any, *, seed: int = 
     """The plan's engines, each as `make_engine` builds it with the plan's kwargs under
     `engine_kwargs` (the recipe's win); one engine is returned as it is, more behind an
     `EnginePool`. Through Ray (more than one node) each is a `RayEngine`."""
-    from skyhub.trainer.engines import make_engine
-    from skyhub.trainer.engines.pool import EnginePool
+    from skyhub.trainer.inference import make_engine
+    from skyhub.trainer.inference.pool import EnginePool
 
     kwargs = {**plan.engine_kwargs(), **engine_kwargs}
     if plan.through_ray:
@@ -367,7 +367,7 @@ class _EngineHost:
 
 def vllm_factory(model: str, **kwargs: Any) -> Any:
     """What a Ray engine actor builds in production: a `VLLMEngine` on the actor's GPUs."""
-    from skyhub.trainer.engines.vllm import VLLMEngine
+    from skyhub.trainer.inference.vllm import VLLMEngine
 
     return VLLMEngine(model, **kwargs)
 

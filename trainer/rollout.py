@@ -50,7 +50,7 @@ from skyhub.chat import Episode as Transcript  # `Episode` here is an old alias
 from skyhub.errors import UsageError
 from skyhub.trainer.chat import LAYOUTS, ChatFormat
 from skyhub.trainer.config import RolloutConfig  # one definition: a recipe's `rollout:`
-from skyhub.trainer.engines import Completion, Engine, SamplingParams, submitter
+from skyhub.trainer.inference import Completion, Engine, SamplingParams, submitter
 
 log = logging.getLogger(__name__)
 

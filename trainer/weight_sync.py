@@ -74,7 +74,7 @@ def engine_logprobs(engine: Any, probe: Sequence[int]) -> list[float]:
         return learner_logprobs(engine.model, probe)
     raise UsageError(f"{type(engine).__name__} has neither score() nor a .model: the sync "
                      "canary cannot read its logprobs; give the engine a score(token_ids) "
-                     "method (see skyhub.trainer.engines)")
+                     "method (see skyhub.trainer.inference)")
 
 
 def _dtype(obj: Any) -> torch.dtype | None:

@@ -25,8 +25,8 @@ from skyhub.errors import UsageError
 from skyhub.trainer import openrlhf as adapter
 from skyhub.trainer.chat import ChatFormat
 from skyhub.trainer.config import AlgoConfig, OptimConfig, load_config
-from skyhub.trainer.engines import Completion
-from skyhub.trainer.engines.hf import HFEngine
+from skyhub.trainer.inference import Completion
+from skyhub.trainer.inference.hf import HFEngine
 from skyhub.trainer.learner import Learner
 from skyhub.trainer.rollout import Rollout, RolloutConfig
 

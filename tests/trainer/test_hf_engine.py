@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from skyhub.trainer.engines import SamplingParams
-from skyhub.trainer.engines.hf import HFEngine
+from skyhub.trainer.inference import SamplingParams
+from skyhub.trainer.inference.hf import HFEngine
 
 
 def teacher_forced(model, prompt, completion, temperature=1.0):

@@ -17,8 +17,8 @@ import pytest
 
 from skyhub.errors import UsageError
 from skyhub.trainer.config import load_config
-from skyhub.trainer.engines import Completion, SamplingParams
-from skyhub.trainer.engines.pool import EnginePool
+from skyhub.trainer.inference import Completion, SamplingParams
+from skyhub.trainer.inference.pool import EnginePool
 from skyhub.trainer.memory import GiB, parse_devices
 from skyhub.trainer.placement import EngineSlot, rollout_plan
 
@@ -236,7 +236,7 @@ def test_a_pool_of_one_is_that_engine():
 def test_a_pool_of_hf_engines_samples_what_one_engine_samples():
     import torch
 
-    from skyhub.trainer.engines.hf import HFEngine
+    from skyhub.trainer.inference.hf import HFEngine
     from skyhub.trainer.tiny import tiny_model
 
     model = tiny_model(64, hidden_size=32, layers=1)
@@ -268,7 +268,7 @@ def test_a_pool_of_two_vllm_engines_samples_what_one_of_them_samples():
     pytest.importorskip("vllm")
     import torch
 
-    from skyhub.trainer.engines.vllm import VLLMEngine
+    from skyhub.trainer.inference.vllm import VLLMEngine
     from skyhub.trainer.tiny import tiny_model
     from skyhub.trainer.weight_sync import check_sync
 
@@ -305,7 +305,7 @@ def test_the_loop_sleeps_trains_wakes_then_syncs_colocated_engines(tmp_path, mon
     recorded), placed as a 2-GPU plan: two engines colocated with two learner GPUs, or one
     engine on the GPU a one-rank learner leaves (split: nothing sleeps)."""
     from skyhub.trainer import loop, placement
-    from skyhub.trainer.engines import hf as hf_module
+    from skyhub.trainer.inference import hf as hf_module
     from skyhub.trainer.learner import Learner
 
     events: list[str] = []
@@ -370,7 +370,7 @@ def test_the_loop_sleeps_trains_wakes_then_syncs_colocated_engines(tmp_path, mon
                             learner_resident=1 * GiB, learner_peak=2 * GiB)
     monkeypatch.setattr(placement, "run_plan", lambda c: gpu_plan)
     monkeypatch.setattr(loop, "_check_vllm", lambda: None)
-    monkeypatch.setattr("skyhub.trainer.engines.make_engine", make_engine)
+    monkeypatch.setattr("skyhub.trainer.inference.make_engine", make_engine)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     train_step = Learner.train_step
 

@@ -10,7 +10,7 @@ import skyhub
 from skyhub.env import TextEnv
 from skyhub.task import Task, TaskSet
 from skyhub.trainer.config import AlgoConfig, OptimConfig
-from skyhub.trainer.engines.hf import HFEngine
+from skyhub.trainer.inference.hf import HFEngine
 from skyhub.trainer.learner import Learner
 from skyhub.trainer.rollout import Rollout, RolloutConfig
 

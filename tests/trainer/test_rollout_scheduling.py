@@ -23,8 +23,8 @@ from benchmarks.rollout import BarrierRollout
 from skyhub.env import TextEnv
 from skyhub.errors import UsageError
 from skyhub.task import Task, TaskSet
-from skyhub.trainer.engines import BatchSubmitter, Completion, SamplingParams, submitter
-from skyhub.trainer.engines.hf import HFEngine
+from skyhub.trainer.inference import BatchSubmitter, Completion, SamplingParams, submitter
+from skyhub.trainer.inference.hf import HFEngine
 from skyhub.trainer.rollout import Rollout, RolloutConfig
 
 DEADLINE_S = 60.0  # only reached when the property under test does not hold

@@ -228,7 +228,7 @@ def test_adapters_train_apart_and_leave_the_base_alone(host: ModelHost) -> None:
 
 
 def _greedy(max_tokens: int):
-    from skyhub.trainer.engines import SamplingParams
+    from skyhub.trainer.inference import SamplingParams
 
     return SamplingParams(max_tokens=max_tokens, temperature=0.0)
 
@@ -269,7 +269,7 @@ def test_full_fine_tuning_trains_its_own_copy(host: ModelHost) -> None:
 
 
 def test_batched_samples_match_one_by_one_and_bad_input_is_refused(host: ModelHost) -> None:
-    from skyhub.trainer.engines import SamplingParams
+    from skyhub.trainer.inference import SamplingParams
 
     params = SamplingParams(max_tokens=6, temperature=1.0)
     items = [SampleItem(SEQ_A[:3], 2, 7, False), SampleItem(SEQ_B[:4], 3, 11, True)]

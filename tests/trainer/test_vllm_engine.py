@@ -40,8 +40,8 @@ from transformers import (
 )
 
 from skyhub.errors import UsageError, WeightSyncError
-from skyhub.trainer.engines import Completion, SamplingParams
-from skyhub.trainer.engines.vllm import VLLMEngine, _EngineClient, _nccl_init, _WeightSync
+from skyhub.trainer.inference import Completion, SamplingParams
+from skyhub.trainer.inference.vllm import VLLMEngine, _EngineClient, _nccl_init, _WeightSync
 from skyhub.trainer.weight_sync import check_sync
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

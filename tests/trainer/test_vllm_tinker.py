@@ -22,7 +22,7 @@ pytest.importorskip("peft")
 
 import numpy as np
 
-from skyhub.trainer.engines import SamplingParams
+from skyhub.trainer.inference import SamplingParams
 from skyhub.trainer.tinker.errors import Unsupported
 from skyhub.trainer.tinker.models import (
     ATTN,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from skyhub.errors import InfraError, UsageError, WeightSyncError
-from skyhub.trainer.engines.hf import HFEngine
+from skyhub.trainer.inference.hf import HFEngine
 from skyhub.trainer.weight_sync import (
     check_sync,
     default_probe,

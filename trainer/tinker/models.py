@@ -444,7 +444,7 @@ class ModelHost:
         """Every item's samples from one batched generation with `source`'s weights: per
         item, (sequences, prompt logprobs or None). Sample i of an item with seed s is drawn
         with seed s + i, so a seeded request gives the same samples in any batch."""
-        from skyhub.trainer.engines.hf import HFEngine
+        from skyhub.trainer.inference.hf import HFEngine
 
         prompts, seeds = [], []
         for it in items:
@@ -480,7 +480,7 @@ class ModelHost:
             raise Unsupported("--engine vllm samples with token-id stops only; pass "
                               "stop=[token ids] (or start the server with --engine hf)")
         if self._vllm is None:
-            from skyhub.trainer.engines.vllm import VLLMEngine
+            from skyhub.trainer.inference.vllm import VLLMEngine
 
             self._vllm = VLLMEngine(self.path, seed=0, max_model_len=self.max_length,
                                     dtype=str(self.dtype).removeprefix("torch."))

@@ -507,7 +507,7 @@ class TinkerService:
     def _sample_request(self, req: Any, n: int) -> tuple[list[int], Any]:
         """The prompt's tokens and the engine's sampling parameters, after checking what
         this server can do."""
-        from skyhub.trainer.engines import SamplingParams
+        from skyhub.trainer.inference import SamplingParams
 
         tokens = _prompt_tokens(req.prompt)
         sp = req.sampling_params

@@ -147,7 +147,7 @@ class _OneAnswerEngine:
         self.text = text
 
     def generate(self, prompts: Any, params: Any, seeds: Any = None) -> list[Any]:
-        from skyhub.trainer.engines import Completion
+        from skyhub.trainer.inference import Completion
 
         return [Completion([5, 6], [-0.1, -0.1], [0, 0], "stop", self.text) for _ in prompts]
 

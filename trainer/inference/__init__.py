@@ -1,10 +1,10 @@
-"""Rollout engines: what turns token ids into sampled continuations for the rollout.
+"""The LLM inference engines of the rollout: what turns token ids into sampled continuations.
 
 Two implementations behind one small interface:
 
-- `hf` (`engines/hf.py`): transformers with a KV cache, continuously batched (requests join
+- `hf` (`inference/hf.py`): transformers with a KV cache, continuously batched (requests join
   at each decoding step); runs on CPU and GPU; the tests' engine.
-- `vllm` (`engines/vllm.py`): vLLM's AsyncLLM with live weight sync and in-flight updates.
+- `vllm` (`inference/vllm.py`): vLLM's AsyncLLM with live weight sync and in-flight updates.
 
 The contract a rollout relies on:
 
@@ -176,12 +176,12 @@ def make_engine(kind: str, model: Any, tokenizer: Any, *, copy_weights: bool = F
     `copy_weights`: the engine must not share the learner's module (asynchronous training).
     vLLM always holds its own copy, so it ignores this."""
     if kind == "hf":
-        from skyhub.trainer.engines.hf import HFEngine
+        from skyhub.trainer.inference.hf import HFEngine
 
         return HFEngine(model, tokenizer, copy_weights=copy_weights, seed=seed, **kwargs)
     if kind == "vllm":
         try:
-            from skyhub.trainer.engines.vllm import VLLMEngine
+            from skyhub.trainer.inference.vllm import VLLMEngine
         except ImportError as e:
             from skyhub.errors import UsageError
 

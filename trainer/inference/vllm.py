@@ -86,7 +86,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from skyhub.errors import UsageError
-from skyhub.trainer.engines import Completion, SamplingParams
+from skyhub.trainer.inference import Completion, SamplingParams
 
 _T = TypeVar("_T")
 
