@@ -2,7 +2,7 @@
 
     env = skyhub.make("search-qa")                        # bundled corpus + 50 questions
     env = skyhub.make("search-qa", corpus="wiki.jsonl", qa="nq_test.parquet")
-    env = skyhub.make("search-qa", index="idx/", qa=...)   # from 'skyhub index build'
+    env = skyhub.make("search-qa", index="idx/", qa=...)   # from 'skyhub search index build'
     env = skyhub.make("search-qa", retriever_url="http://127.0.0.1:8000/retrieve", qa=...)
 
 Registration only: bm25s is imported when an env is made.

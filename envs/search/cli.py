@@ -1,12 +1,13 @@
-"""`skyhub index build CORPUS.jsonl OUT_DIR`: a BM25 index on disk for the search envs.
+"""`skyhub search ...`: the search family's commands. `skyhub search index build CORPUS.jsonl
+OUT_DIR` writes a BM25 index on disk for the search envs.
 
-    skyhub index build wiki-18.jsonl ~/indexes/wiki-bm25
+    skyhub search index build wiki-18.jsonl ~/indexes/wiki-bm25
     python -c "import skyhub; skyhub.make('search-qa', index='~/indexes/wiki-bm25', qa=...)"
 
 The index is loaded memory-mapped, so many env processes share one copy in the page cache.
 
-Core's CLI finds this command through the entry point `index` of the group `skyhub.cli`
-(pyproject.toml), so core imports no family.
+Core's CLI finds these commands through the entry point `search` of the group `skyhub.cli`
+(pyproject.toml), so core imports no family; the family's commands sit under its name.
 """
 
 from __future__ import annotations
@@ -63,3 +64,13 @@ def index_build(
         raise typer.Exit(2) from None
     Console().print(f"indexed {len(docs)} passages with {backend} in "
                     f"{time.perf_counter() - t0:.1f}s -> {out_dir}")
+
+
+search_app = typer.Typer(help="The search family's commands: its indexes (skyhub search index "
+                              "build).", no_args_is_help=True)
+search_app.add_typer(index_app, name="index")
+
+
+@search_app.callback()
+def search_cmds() -> None:
+    """The search family's commands: its indexes (skyhub search index build)."""

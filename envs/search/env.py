@@ -18,7 +18,7 @@ class SearchEnv(TextEnv):
 
     Kwargs: `data_dir` (a directory laid out as the bundled data: `corpus.jsonl` and
     `qa-<split>.jsonl`), or the files one by one: `corpus` (JSONL, default the bundled one),
-    `qa` (JSONL/parquet); `index` (a directory from `skyhub index build`), `retriever_url` (a
+    `qa` (JSONL/parquet); `index` (a directory from `skyhub search index build`), `retriever_url` (a
     Search-R1 retrieval server; then no local index is built), `topk`, `max_turns`, `split`,
     `index_backend` ("bm25s" or "tantivy"; the same one the `index` directory was built with),
     `retriever_timeout_s` and `retries` (per retrieval server request).

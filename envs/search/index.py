@@ -96,14 +96,14 @@ class BM25Index:
     @classmethod
     def load(cls, index_dir: str | Path, *, mmap: bool = True,
              corpus: str | Path | None = None) -> BM25Index:
-        """An index written by `save` (or `skyhub index build`), memory-mapped by default so
+        """An index written by `save` (or `skyhub search index build`), memory-mapped by default so
         many processes share one copy. `corpus` overrides the saved one (same order)."""
         import bm25s
 
         d = Path(index_dir).expanduser()
         if not (d / "params.index.json").is_file():
             raise DataNotFound(f"no bm25s index in {d} (looked for params.index.json). Build one "
-                               f"with 'skyhub index build CORPUS.jsonl {d}'")
+                               f"with 'skyhub search index build CORPUS.jsonl {d}'")
         model = bm25s.BM25.load(str(d), mmap=mmap, load_corpus=False, show_progress=False)
         if corpus is not None:
             docs: Any = list(iter_corpus(corpus))

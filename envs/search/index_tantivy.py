@@ -105,13 +105,13 @@ class TantivyIndex:
     @classmethod
     def load(cls, index_dir: str | Path, *, corpus: str | Path | None = None,
              **_: Any) -> TantivyIndex:
-        """An index written by `save` (or `skyhub index build --backend tantivy`). Passages are
-        stored in the index, so `corpus` is not needed (accepted for symmetry)."""
+        """An index written by `save` (or `skyhub search index build --backend tantivy`).
+        Passages are stored in the index, so `corpus` is not needed (accepted for symmetry)."""
         tantivy = _tantivy()
         d = Path(index_dir).expanduser()
         if not (d / "meta.json").is_file():
             raise DataNotFound(f"no tantivy index in {d} (looked for meta.json). Build one with "
-                               f"'skyhub index build CORPUS.jsonl {d} --backend tantivy'")
+                               f"'skyhub search index build CORPUS.jsonl {d} --backend tantivy'")
         return cls(tantivy.Index.open(str(d)), d)
 
     def search(self, query: str, k: int = 3) -> list[dict[str, Any]]:

@@ -1,12 +1,13 @@
-"""`skyhub data ...`: download the public datasets the envs read, and see which are present.
+"""`skyhub sql ...`: the SQL family's commands. `skyhub sql data get|ls` downloads the public
+datasets the envs read, and shows which are present.
 
 The datasets live under one data root, `$SKYHUB_DATA` (or `--root`), one folder each; the
-loaders look there, so `skyhub data get spider` followed by `skyhub.make("sql-spider",
+loaders look there, so `skyhub sql data get spider` followed by `skyhub.make("sql-spider",
 split="train")` works without any path. Checksum policy: see
 `skyhub.envs.sql.datasets.download`.
 
-Core's CLI finds these commands through the entry point `data` of the group `skyhub.cli`
-(pyproject.toml), so core imports no family.
+Core's CLI finds these commands through the entry point `sql` of the group `skyhub.cli`
+(pyproject.toml), so core imports no family; the family's commands sit under its name.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _errors_in_red(fn: F) -> F:
 @_errors_in_red
 def data_get(
     name: Annotated[str, typer.Argument(help="The dataset, e.g. spider, bird, synsql "
-                                             "('skyhub data ls' lists them).")],
+                                             "('skyhub sql data ls' lists them).")],
     root: RootOption = None,
     url: Annotated[str | None, typer.Option(
         help="Download from here instead (a mirror, or a file you downloaded by hand).")] = None,
@@ -110,4 +111,14 @@ def data_ls(root: RootOption = None) -> None:
         console.print(Text("Set SKYHUB_DATA (or pass --root) to see what is present.",
                            style="yellow"))
     else:
-        console.print(f"Get one with: skyhub data get NAME   (into {root_dir})")
+        console.print(f"Get one with: skyhub sql data get NAME   (into {root_dir})")
+
+
+sql_app = typer.Typer(help="The SQL family's commands: its datasets (skyhub sql data get|ls).",
+                      no_args_is_help=True)
+sql_app.add_typer(data_app, name="data")
+
+
+@sql_app.callback()
+def sql_cmds() -> None:
+    """The SQL family's commands: its datasets (skyhub sql data get|ls)."""

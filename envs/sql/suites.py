@@ -5,7 +5,7 @@ May 2025) reports execution accuracy on five Spider benchmarks, each question gi
 rounds and a final answer, scored with Spider's official evaluator (`METHOD` below; the
 suite's report carries it in its description).
 Every column here is `sql-spider` loading one release with the Spider loader, so each is
-looked for where `skyhub data get` puts it:
+looked for where `skyhub sql data get` puts it:
 
 | column           | question file                            | databases                     |
 |------------------|------------------------------------------|-------------------------------|
@@ -60,9 +60,9 @@ METHOD = ("Protocol: SkyRL-SQL's evaluation (skyrl-eval): up to 5 tool rounds, e
           "order).")
 
 _HOW = {"protocol": PROTOCOL, "reward": REWARD}
-_SPIDER_HINT = ("'skyhub data get spider' puts the official spider_data.zip in "
+_SPIDER_HINT = ("'skyhub sql data get spider' puts the official spider_data.zip in "
                 "$SKYHUB_DATA/spider/")
-_NEEDS_SPIDER = " (its databases are Spider's: also run 'skyhub data get spider')"
+_NEEDS_SPIDER = " (its databases are Spider's: also run 'skyhub sql data get spider')"
 
 RUNS = (
     SuiteRun("Spider-Dev", "sql-spider", {"split": "dev", **_HOW},
@@ -77,19 +77,19 @@ RUNS = (
     SuiteRun("Spider-Realistic", "sql-spider",
              {"variant": "spider-realistic", "split": "spider-realistic", **_HOW},
              max_turns=MAX_TURNS,
-             data_hint="'skyhub data get spider-realistic' (zenodo.org/records/5205322) puts "
+             data_hint="'skyhub sql data get spider-realistic' (zenodo.org/records/5205322) puts "
                        "spider-realistic.json in $SKYHUB_DATA/spider-realistic/"
                        f"{_NEEDS_SPIDER}."),
     SuiteRun("Spider-DK", "sql-spider",
              {"variant": "spider-dk", "split": "Spider-DK", **_HOW},
              max_turns=MAX_TURNS,
-             data_hint="'skyhub data get spider-dk' (github.com/ygan/Spider-DK) puts "
+             data_hint="'skyhub sql data get spider-dk' (github.com/ygan/Spider-DK) puts "
                        "Spider-DK.json, tables.json and its 3 databases in database/ under "
                        f"$SKYHUB_DATA/spider-dk/{_NEEDS_SPIDER}."),
     SuiteRun("Spider-Syn", "sql-spider",
              {"variant": "spider-syn", "split": "dev", **_HOW},
              max_turns=MAX_TURNS,
-             data_hint="'skyhub data get spider-syn' (github.com/ygan/Spider-Syn) puts its "
+             data_hint="'skyhub sql data get spider-syn' (github.com/ygan/Spider-Syn) puts its "
                        "Spider-Syn/dev.json in $SKYHUB_DATA/spider-syn/ (the SpiderSynQuestion "
                        f"of each example is asked){_NEEDS_SPIDER}."),
 )

@@ -2,7 +2,7 @@
 
 Only typer (with click) and rich are imported at module level so that `skyhub --help` stays
 fast: the registry (and with it gymnasium and the env families) is imported inside the
-commands that need it. The families' and the trainer's commands (`data`, `index`, `harbor`,
+commands that need it. The families' and the trainer's commands (`sql`, `search`, `harbor`,
 `train`, `tinker`) come in through the entry-point group `skyhub.cli`, loaded only when one
 is run or listed, so core imports no family and no trainer. A `SkyhubError` (unknown id,
 missing data or dependency) is printed in red without a traceback and exits with code 2,
@@ -34,7 +34,7 @@ from skyhub.errors import SkyhubError
 
 # -------------------------------------------------------- commands of families and the trainer
 # The entry-point group `skyhub.cli` names the commands that live outside core: the families'
-# (`skyhub data`, `skyhub index`, `skyhub harbor`) and the trainer's (`skyhub train`,
+# (`skyhub sql`, `skyhub search`, `skyhub harbor`) and the trainer's (`skyhub train`,
 # `skyhub tinker`), so core imports neither. An entry point is a typer app (a command group)
 # or a plain command function. They load lazily, when the command is run or the help lists
 # them, so that importing this module (and `skyhub list`, `skyhub eval ...`) loads none.
@@ -56,8 +56,7 @@ def _load_plugin(ep: Any) -> click.Command | None:
         obj = ep.load()
         host = typer.Typer(add_completion=False)  # built as core's own commands are
         if isinstance(obj, typer.Typer):
-            for one in obj.registered_commands:
-                one.callback = _friendly_errors(one.callback)
+            _wrap_commands(obj)
             host.add_typer(obj, name=ep.name)
             command: click.Command | None = typer.main.get_group(host).commands[ep.name]
         elif callable(obj):
@@ -71,6 +70,16 @@ def _load_plugin(ep: Any) -> click.Command | None:
         command = None
     _plugin_commands[ep.name] = command
     return command
+
+
+def _wrap_commands(group: typer.Typer) -> None:
+    """Give every command of a plugin's group, and of its sub-groups (`skyhub sql data get`),
+    the CLI's handling of a `SkyhubError`."""
+    for one in group.registered_commands:
+        one.callback = _friendly_errors(one.callback)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _wrap_commands(sub.typer_instance)
 
 
 class _Commands(TyperGroup):
@@ -215,7 +224,7 @@ def _kwargs_table(spec: Any) -> Table:
     import inspect
     import typing
 
-    from skyhub.registry import accepted_kwargs
+    from skyhub.env_kwargs import accepted_kwargs
 
     accepted, complete = accepted_kwargs(spec)
     table = Table(title="kwargs (name=value after the id)" + (
@@ -296,8 +305,8 @@ def play(
     seed: Annotated[int | None, typer.Option(help="Seed of the first episode.")] = None,
     task_id: Annotated[str | None, typer.Option(help="Play this task (every episode).")] = None,
 ) -> None:
+    from skyhub import make
     from skyhub.cli.play import play as play_episodes
-    from skyhub.registry import make
 
     env = make(env_id, **parse_kwargs(kwargs))
     try:

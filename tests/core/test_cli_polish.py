@@ -19,7 +19,7 @@ SKYHUB = str(Path(sys.executable).parent / "skyhub")
 
 
 @pytest.mark.parametrize("command", [["eval", "run"], ["eval", "compare"], ["replay"],
-                                     ["check"], ["index", "build"]])
+                                     ["check"], ["search", "index", "build"]])
 def test_help_has_no_type_noise_and_fits_80_columns(command: list[str]) -> None:
     r = subprocess.run([SKYHUB, *command, "--help"], capture_output=True, text=True,
                        timeout=120, env={**os.environ, "COLUMNS": "80", "NO_COLOR": "1"})
@@ -52,6 +52,6 @@ def test_index_build_names_what_a_corpus_row_lacks(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"id": "a", "contents": "fine"}) + "\n"
                       + json.dumps({"id": "b", "body": "no contents here"}) + "\n")
-    r = CliRunner().invoke(app, ["index", "build", str(corpus), str(tmp_path / "idx")])
+    r = CliRunner().invoke(app, ["search", "index", "build", str(corpus), str(tmp_path / "idx")])
     assert r.exit_code == 2
     assert f"{corpus}:2" in r.output and "contents" in r.output and "body" in r.output

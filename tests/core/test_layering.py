@@ -29,8 +29,9 @@ IN_SANDBOX = {
                                      "only)",
     "envs/python/image/kernel_bridge.py": "the Python family's kernel bridge, copied into "
                                           "its image (standard library and ipykernel only)",
-    "hub/sandbox/guest.py": "the in-container daemon, copied into every Docker sandbox "
-                            "(standard library only)",
+    **{f"hub/sandbox/guest/{m}.py": "the in-container daemon, shipped as a zipapp into "
+                                   "every Docker sandbox (standard library only)"
+       for m in ("__init__", "__main__", "harden", "procs", "server", "tars", "trees")},
 }
 
 #: Private exceptions (a leading `_`) may stay in their module when they are control flow
@@ -206,7 +207,7 @@ def test_family_and_trainer_commands_come_through_entry_points() -> None:
 
     from skyhub.cli.main import app
 
-    assert {"data", "index", "harbor", "train", "tinker"} <= {
+    assert {"sql", "search", "harbor", "train", "tinker"} <= {
         ep.name for ep in entry_points(group="skyhub.cli")}
     code = ("import sys; from skyhub.cli.main import app; "
             "print(sorted(m for m in sys.modules if m.startswith(('skyhub.envs', "
@@ -215,7 +216,7 @@ def test_family_and_trainer_commands_come_through_entry_points() -> None:
                           timeout=60)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr  # loaded when used only
     listed = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
-    for name in ("data", "index", "harbor", "train", "tinker"):
+    for name in ("sql", "search", "harbor", "train", "tinker"):
         assert f" {name} " in listed
 
 

@@ -25,13 +25,13 @@ from skyhub.task import Task, TaskSet
 
 from . import SQLDataset, default_dir
 
-GET = {"dev": "skyhub data get bird", "train": "skyhub data get bird-train"}
+GET = {"dev": "skyhub sql data get bird", "train": "skyhub sql data get bird-train"}
 
 
 def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "bird",
          db_dir: str | Path | None = None, **_: object) -> SQLDataset:
     """BIRD questions of `split`; `db_dir` overrides where the databases are."""
-    get = GET.get(split, "skyhub data get bird")
+    get = GET.get(split, "skyhub sql data get bird")
     root = default_dir(name, data_dir)
     if root is None:
         raise DataNotFound(

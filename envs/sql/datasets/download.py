@@ -1,7 +1,7 @@
 """The downloadable datasets: where each official release lives, what it must hash to, and how
 it unpacks under the data root (`$SKYHUB_DATA`, or `--root`).
 
-Nothing here runs unless asked (`skyhub data get NAME`, or `get(...)`); the loaders never
+Nothing here runs unless asked (`skyhub sql data get NAME`, or `get(...)`); the loaders never
 download. `get` fetches each file of a release into `<root>/.downloads/`, checks its SHA-256
 *before* anything is unpacked, unpacks into a staging folder next to the destination and then
 moves the finished entries into `<root>/<dest>/` by renames on one filesystem, so a failed or

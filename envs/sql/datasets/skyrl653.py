@@ -40,8 +40,8 @@ from . import SQLDataset, default_dir
 from .synsql import find_root
 
 COLLECTIONS = ("synsql", "spider", "bird")
-GET = {"synsql": "skyhub data get synsql", "spider": "skyhub data get spider",
-       "bird": "skyhub data get bird-train"}
+GET = {"synsql": "skyhub sql data get synsql", "spider": "skyhub sql data get spider",
+       "bird": "skyhub sql data get bird-train"}
 
 
 def load(data_dir: str | Path | None = None, split: str = "train", name: str = "skyrl653",
@@ -54,8 +54,8 @@ def load(data_dir: str | Path | None = None, split: str = "train", name: str = "
     if file is None or not file.is_file():
         where = f"under {root}" if root is not None else f"(no data_dir, no $SKYHUB_DATA/{name}/)"
         raise DataNotFound(
-            f"SkyRL-SQL-653 not found {where} (looked for {split}.parquet). Run 'skyhub data get "
-            "skyrl653' or pass data_dir=... pointing at a download of "
+            f"SkyRL-SQL-653 not found {where} (looked for {split}.parquet). Run 'skyhub sql "
+            "data get skyrl653' or pass data_dir=... pointing at a download of "
             "NovaSky-AI/SkyRL-SQL-653-data-newfmt")
     tasks, collections_of = [], {}
     for i, row in enumerate(read_parquet(file)):
@@ -102,7 +102,7 @@ def load(data_dir: str | Path | None = None, split: str = "train", name: str = "
                 return p
         where = candidates[0] if candidates else f"any of {sorted(dirs)} collections"
         raise DataNotFound(f"database {db_id!r} not found at {where}; SkyRL-SQL-653 needs the "
-                           "full database collections ('skyhub data ls' shows what is present)")
+                           "full database collections ('skyhub sql data ls' shows what is present)")
 
     return SQLDataset(name, TaskSet(tasks, name=f"{name}-{split}"), db_path)
 

@@ -54,7 +54,7 @@ SKYRL_EVAL_FILES = {("spider", "dev"): "dev_spider.json", ("spider", "test"): "t
                     ("spider-dk", "Spider-DK"): "dev_spider_dk.json",
                     ("spider-realistic", "spider-realistic"): "dev_spider_realistic.json",
                     ("spider-syn", "dev"): "dev_spider_syn.json"}
-SKYRL_EVAL_DIR = "skyrl-sql-eval"  # under $SKYHUB_DATA ('skyhub data get skyrl-sql-eval')
+SKYRL_EVAL_DIR = "skyrl-sql-eval"  # under $SKYHUB_DATA ('skyhub sql data get skyrl-sql-eval')
 
 
 def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "spider",
@@ -78,7 +78,7 @@ def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "sp
                    "$SKYHUB_DATA/spider/database)")
             raise DataNotFound(
                 f"{what} is not bundled (only Spider's dev subset is). Download it "
-                f"('skyhub data get {name}', or the official release) and pass data_dir=... "
+                f"('skyhub sql data get {name}', or the official release) and pass data_dir=... "
                 f"or set SKYHUB_DATA so that $SKYHUB_DATA/{name}/ holds "
                 f"{', '.join(SPLIT_FILES.get(split, [split + '.json']))} and {dbs}")
         root = BUNDLED_DIR
@@ -92,7 +92,7 @@ def load(data_dir: str | Path | None = None, split: str = "dev", name: str = "sp
                             _spider_databases(spider_dir, root, omnisql))
                 if d is not None and d.is_dir()]
     if not found or not db_roots:
-        get = f"'skyhub data get {name}'" + (" and 'skyhub data get spider'"
+        get = f"'skyhub sql data get {name}'" + (" and 'skyhub sql data get spider'"
                                               if name != "spider" else "")
         raise DataNotFound(
             f"{'Spider' if name == 'spider' else name} not found under {root} (looked for "
@@ -163,7 +163,7 @@ def _skyrl_eval_file(skyrl_eval: str | Path | bool | None, name: str, split: str
             raise DataNotFound(
                 f"skyrl_eval={str(given)!r}: no SkyRL-SQL evaluation file for {name} "
                 f"({split!r}) there (looked for {file or 'none: this release has none'}). "
-                "Download NovaSky-AI/SkyRL-SQL-eval ('skyhub data get skyrl-sql-eval') or "
+                "Download NovaSky-AI/SkyRL-SQL-eval ('skyhub sql data get skyrl-sql-eval') or "
                 "pass skyrl_eval=False")
         return given / file
     if file is None:

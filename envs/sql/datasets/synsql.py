@@ -53,8 +53,8 @@ def load(data_dir: str | Path | None = None, split: str = "train", name: str = "
     where = f"under {root}" if root is not None else f"(no data_dir, no $SKYHUB_DATA/{name}/)"
     if root is None or not (root / "data.json").is_file() or not (root / "databases").is_dir():
         raise DataNotFound(
-            f"SynSQL-2.5M not found {where} (looked for {LAYOUT}). Run 'skyhub data get synsql' "
-            "or pass data_dir=... pointing at OmniSQL's data/SynSQL-2.5M/")
+            f"SynSQL-2.5M not found {where} (looked for {LAYOUT}). Run 'skyhub sql data get "
+            "synsql' or pass data_dir=... pointing at OmniSQL's data/SynSQL-2.5M/")
     tasks = []
     for i, ex in enumerate(iter_json_values(root / "data.json")):
         if n_tasks is not None and i >= n_tasks:

@@ -90,7 +90,7 @@ def test_check_env_passes_with_reference_actions() -> None:
 
 def test_index_build_cli_round_trip(corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "idx"
-    result = CliRunner().invoke(app, ["index", "build", str(corpus), str(out)])
+    result = CliRunner().invoke(app, ["search", "index", "build", str(corpus), str(out)])
     assert result.exit_code == 0, result.output
     assert (out / "params.index.json").is_file()
     env = skyhub.make("search-qa", index=str(out), corpus=str(corpus))
@@ -101,7 +101,7 @@ def test_index_build_cli_round_trip(corpus: Path, tmp_path: Path) -> None:
 
 
 def test_index_build_cli_missing_corpus_is_a_red_error(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["index", "build", str(tmp_path / "nope.jsonl"),
+    result = CliRunner().invoke(app, ["search", "index", "build", str(tmp_path / "nope.jsonl"),
                                       str(tmp_path / "idx")])
     assert result.exit_code == 2
     assert "corpus not found" in result.output

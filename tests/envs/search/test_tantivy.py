@@ -65,7 +65,7 @@ def test_unknown_backend_is_a_value_error_naming_the_choices(corpus: Path) -> No
 
 def test_cli_build_round_trip(corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "idx"
-    result = CliRunner().invoke(app, ["index", "build", str(corpus), str(out),
+    result = CliRunner().invoke(app, ["search", "index", "build", str(corpus), str(out),
                                       "--backend", "tantivy"])
     assert result.exit_code == 0, result.output
     assert "tantivy" in result.output and (out / "meta.json").is_file()
@@ -80,7 +80,7 @@ def test_cli_build_round_trip(corpus: Path, tmp_path: Path) -> None:
 
 
 def test_cli_unknown_backend_is_a_red_error(corpus: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["index", "build", str(corpus), str(tmp_path / "i"),
+    result = CliRunner().invoke(app, ["search", "index", "build", str(corpus), str(tmp_path / "i"),
                                       "--backend", "lucene"])
     assert result.exit_code == 2
     assert "bm25s, tantivy" in result.output

@@ -1,6 +1,6 @@
-"""`skyhub data get` and `skyhub data ls` against a real HTTP server on 127.0.0.1 serving small
-archives: a verified download is unpacked, anything unverified or wrong is refused before a
-single file lands in the dataset folder."""
+"""`skyhub sql data get` and `skyhub sql data ls` against a real HTTP server on 127.0.0.1
+serving small archives: a verified download is unpacked, anything unverified or wrong is
+refused before a single file lands in the dataset folder."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Any:
-    return runner.invoke(app, ["data", *args], env={**WIDE, **(env or {})})
+    return runner.invoke(app, ["sql", "data", *args], env={**WIDE, **(env or {})})
 
 
 def zip_bytes(members: dict[str, bytes]) -> bytes:
@@ -230,7 +230,7 @@ def test_every_download_hint_in_the_loaders_names_a_real_dataset() -> None:
     hints = set()
     for py in (REPO / "envs" / "sql").rglob("*.py"):
         text = py.read_text(encoding="utf-8")
-        hints |= set(re.findall(r"skyhub data get ([a-z0-9][a-z0-9-]*)", text))
+        hints |= set(re.findall(r"skyhub sql data get ([a-z0-9][a-z0-9-]*)", text))
     assert hints and hints <= set(download.SOURCES), hints - set(download.SOURCES)
     for src in download.SOURCES.values():
         assert src.layout and all(a.url.startswith("https://") for a in src.artifacts)

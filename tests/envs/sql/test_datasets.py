@@ -135,7 +135,7 @@ def test_bird_databases_left_zipped_say_to_unzip(bird_dir: Path) -> None:
 def test_bird_missing_says_what_to_download(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SKYHUB_DATA", raising=False)
-    with pytest.raises(DataNotFound, match=r"dev\.json.*dev_databases/.*skyhub data get bird"):
+    with pytest.raises(DataNotFound, match=r"dev\.json.*dev_databases/.*skyhub sql data get bird"):
         load("bird")
     with pytest.raises(DataNotFound, match=rf"under {tmp_path}.*train\.json.*bird-train"):
         load("bird", data_dir=tmp_path, split="train")
@@ -202,7 +202,7 @@ def test_synsql_data_json_is_streamed_across_chunk_boundaries(
 
 def test_synsql_missing_says_what_to_download(tmp_path: Path) -> None:
     with pytest.raises(DataNotFound, match=r"data\.json, tables\.json, databases/.*"
-                                           r"skyhub data get synsql"):
+                                           r"skyhub sql data get synsql"):
         load("synsql", data_dir=tmp_path)
     with pytest.raises(ValueError, match="one split"):
         load("synsql", data_dir=tmp_path, split="dev")
@@ -245,7 +245,7 @@ def write_skyrl_parquet(path: Path, rows: list[tuple[str, str, str, str, str]]) 
 
 @pytest.fixture
 def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """$SKYHUB_DATA with skyrl653/, synsql/ and spider/ as 'skyhub data get' lays them out."""
+    """$SKYHUB_DATA with skyrl653/, synsql/ and spider/ as 'skyhub sql data get' lays them out."""
     root = tmp_path / "data"
     write_skyrl_parquet(root / "skyrl653" / "train.parquet", SKYRL_ROWS)
     make_db(root / "synsql" / "databases", "music_festival_stats", SINGERS)
@@ -294,10 +294,10 @@ def test_skyrl653_missing_databases_say_which_collection(data_root: Path) -> Non
     import shutil
 
     shutil.rmtree(data_root / "synsql")
-    with pytest.raises(DataNotFound, match=r"1 synsql databases.*skyhub data get synsql.*"
+    with pytest.raises(DataNotFound, match=r"1 synsql databases.*skyhub sql data get synsql.*"
                                            r"synsql_dir="):
         load("skyrl653")
-    with pytest.raises(DataNotFound, match=r"validation\.parquet.*skyhub data get skyrl653"):
+    with pytest.raises(DataNotFound, match=r"validation\.parquet.*skyhub sql data get skyrl653"):
         load("skyrl653", split="validation")
 
 

@@ -1,5 +1,5 @@
 """The `skyrl-sql` suite: its five runs and reference rows, each run loading its release from
-where `skyhub data get` lays it out (small files written here in each official layout, with
+where `skyhub sql data get` lays it out (small files written here in each official layout, with
 databases copied from the bundled subset), the error that names the missing file, and the
 oracle scoring 100% on the bundled Spider dev subset under the suite's protocol."""
 
@@ -64,7 +64,7 @@ EXPECTED = {
 
 @pytest.fixture
 def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """$SKYHUB_DATA as 'skyhub data get spider / spider-realistic / spider-dk / spider-syn'
+    """$SKYHUB_DATA as 'skyhub sql data get spider / spider-realistic / spider-dk / spider-syn'
     leave it: each release in its own layout, the variants' databases mostly Spider's."""
     root = tmp_path / "data"
     spider = root / "spider"  # spider_data.zip (2024): dev, test, and test_database/
@@ -107,7 +107,7 @@ def test_suite_is_skyrl_sqls_table() -> None:
                                               strict=True)),
     }
     assert "https://novasky-ai.notion.site/skyrl-sql" in suite.source
-    assert "skyhub data get spider-syn" in suite.run("Spider-Syn").data_hint
+    assert "skyhub sql data get spider-syn" in suite.run("Spider-Syn").data_hint
 
 
 @pytest.mark.parametrize("column", COLUMNS)
@@ -141,12 +141,12 @@ def test_runs_take_explicit_dirs_with_spiders_databases_elsewhere(
 
 
 @pytest.mark.parametrize(("column", "named"), [
-    ("Spider-Test", r"skyhub data get spider.*spider/ holds test\.json and tables\.json and "
+    ("Spider-Test", r"skyhub sql data get spider.*spider/ holds test\.json and tables\.json and "
                     r"test_database/"),
     ("Spider-Realistic", r"spider-realistic/ holds spider-realistic\.json.*"),
     ("Spider-DK", r"spider-dk/ holds Spider-DK\.json"),
     # not the bundled Spider dev questions: Spider-Syn's dev.json is another file
-    ("Spider-Syn", r"skyhub data get spider-syn.*spider-syn/ holds dev\.json"),
+    ("Spider-Syn", r"skyhub sql data get spider-syn.*spider-syn/ holds dev\.json"),
 ])
 def test_missing_data_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      column: str, named: str) -> None:
@@ -163,8 +163,8 @@ def test_missing_data_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_variant_without_spiders_databases_says_to_get_spider(
         data_root: Path) -> None:
     shutil.rmtree(data_root / "spider")
-    with pytest.raises(DataNotFound, match=r"spider-realistic\.json.*skyhub data get "
-                                           r"spider-realistic' and 'skyhub data get spider'"):
+    with pytest.raises(DataNotFound, match=r"spider-realistic\.json.*skyhub sql data get "
+                                           r"spider-realistic' and 'skyhub sql data get spider'"):
         make(get_suite("skyrl-sql").run("Spider-Realistic"))
 
 
