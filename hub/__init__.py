@@ -27,7 +27,6 @@ _LAZY = {
     "StepResult": "skyhub.env",
     "EnvSpec": "skyhub.registry",
     "register": "skyhub.registry",
-    "make": "skyhub.registry",
     "spec": "skyhub.registry",
     "list_envs": "skyhub.registry",
     "VectorEnv": "skyhub.vector",
@@ -42,14 +41,39 @@ _LAZY_MODULES = {"tags", "protocol", "chat", "registry", "vector", "spaces", "ch
 if TYPE_CHECKING:
     from skyhub.chat import Episode, to_messages
     from skyhub.env import StepResult, TextEnv
-    from skyhub.registry import EnvSpec, list_envs, make, register, spec
+    from skyhub.registry import EnvSpec, list_envs, register, spec
     from skyhub.spaces import UnicodeText
     from skyhub.vector import VectorEnv, make_vec
 
 
+def make(env_id: str, *, remote: str | None = None, token: str | None = None,
+         **kwargs: Any) -> TextEnv:
+    """Create the env registered as `env_id`; `kwargs` override the registered defaults.
+
+    With `remote="ws://host:port"` the env runs on a `skyhub serve` server instead and this
+    returns a `TextEnv` client for it (extra `serve`); `kwargs` go to the server's
+    constructor, `token` (default `$SKYHUB_TOKEN`) authenticates. The id need not be
+    registered here. (Defined here, above both, so that the registry knows nothing of
+    `skyhub.remote`: a local env is `skyhub.spec(env_id).make(**kwargs)`.)
+    """
+    if remote is not None:
+        from skyhub.remote.client import make_remote
+
+        return make_remote(env_id, remote, token=token, **kwargs)
+    from skyhub.registry import spec
+
+    return spec(env_id).make(**kwargs)
+
+
+def _registered_ids() -> list[str]:
+    from skyhub.registry import list_envs
+
+    return [s.id for s in list_envs()]
+
+
 # skyhub's ids in gymnasium's registry (`gymnasium.make("skyhub/toy-lookup")`), without
 # importing gymnasium here: see skyhub.gymnasium_ids
-_gymnasium_ids.install()
+_gymnasium_ids.install(make=make, list_ids=_registered_ids)
 
 
 def __getattr__(name: str) -> Any:

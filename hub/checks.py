@@ -118,7 +118,7 @@ def check_env(env_or_id: TextEnv | str, *, env_kwargs: dict[str, Any] | None = N
     """
     baseline = set(threading.enumerate()), _children(), _containers()
     if isinstance(env_or_id, str):
-        from skyhub.registry import make
+        from skyhub import make
 
         kwargs = dict(env_kwargs or {})
         name = env_or_id + "".join(f" {k}={v!r}" for k, v in kwargs.items())

@@ -15,6 +15,10 @@ Neither path imports gymnasium on its own, so a plain `import skyhub` stays ligh
 registered later (`skyhub.register`, a plugin) are mirrored as they are registered. An id
 that is not a valid gymnasium name under a namespace (one that already holds a `/`) is left
 out; `skyhub.make` still has it.
+
+This module imports nothing of skyhub: `import skyhub` hands it `skyhub.make` and a lister of
+the registered ids (`install`), and the registry tells it of each id it registers, so neither
+the registry nor the package's top imports back into the other through here.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ import importlib.abc
 import importlib.machinery
 import sys
 import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 NAMESPACE = "skyhub"
 _GYM_MODULE = "gymnasium.envs.registration"
 _lock = threading.Lock()
 _enabled = False
+_make: Callable[..., Any] | None = None  # skyhub.make, given by install()
+_list_ids: Callable[[], Iterable[str]] | None = None  # the registered ids (loads plugins)
 
 
 class _Maker:
@@ -40,10 +47,9 @@ class _Maker:
         self.env_id = env_id
 
     def __call__(self, **kwargs: Any) -> Any:
-        from skyhub.registry import make
-
+        assert _make is not None, "import skyhub installs the maker"
         kwargs.pop("render_mode", None)  # gymnasium passes it; text envs do not render
-        return make(self.env_id, **kwargs)
+        return _make(self.env_id, **kwargs)
 
     def __repr__(self) -> str:
         return f"skyhub.make({self.env_id!r})"
@@ -77,10 +83,9 @@ def enable() -> None:
         if _enabled:
             return
         _enabled = True
-    from skyhub.registry import list_envs
-
-    for s in list_envs():
-        mirror(s.id)
+    assert _list_ids is not None, "import skyhub installs the lister of ids"
+    for env_id in _list_ids():
+        mirror(env_id)
 
 
 def _registry_ready() -> bool:
@@ -122,8 +127,11 @@ def remove_hook() -> None:
         sys.meta_path.remove(_hook)
 
 
-def install() -> None:
-    """Called by `import skyhub`: mirror now if gymnasium is loaded, else when it is."""
+def install(*, make: Callable[..., Any], list_ids: Callable[[], Iterable[str]]) -> None:
+    """Called by `import skyhub` with `skyhub.make` and a lister of the registered ids:
+    mirror now if gymnasium is loaded, else when it is."""
+    global _make, _list_ids
+    _make, _list_ids = make, list_ids
     if _GYM_MODULE in sys.modules:
         if "skyhub.registry" not in sys.modules or _registry_ready():
             enable()

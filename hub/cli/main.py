@@ -224,7 +224,7 @@ def _kwargs_table(spec: Any) -> Table:
     import inspect
     import typing
 
-    from skyhub.registry import accepted_kwargs
+    from skyhub.env_kwargs import accepted_kwargs
 
     accepted, complete = accepted_kwargs(spec)
     table = Table(title="kwargs (name=value after the id)" + (
@@ -305,8 +305,8 @@ def play(
     seed: Annotated[int | None, typer.Option(help="Seed of the first episode.")] = None,
     task_id: Annotated[str | None, typer.Option(help="Play this task (every episode).")] = None,
 ) -> None:
+    from skyhub import make
     from skyhub.cli.play import play as play_episodes
-    from skyhub.registry import make
 
     env = make(env_id, **parse_kwargs(kwargs))
     try:

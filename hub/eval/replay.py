@@ -356,8 +356,8 @@ def replay_file(path: str | Path, *, env_kwargs: dict[str, Any] | None = None,
     `ignore` adds regexes to every env's `replay_ignore`. An env that cannot be made leaves
     its records unreplayable with the error as the reason.
     """
+    from skyhub import make
     from skyhub.errors import SkyhubError
-    from skyhub.registry import make
 
     path = Path(path)
     records = load_episodes(path)

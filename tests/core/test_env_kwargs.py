@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 import skyhub
 from skyhub import Task, TaskSet, TextEnv
 from skyhub.cli.main import app
+from skyhub.env_kwargs import accepted_kwargs
 from skyhub.errors import UsageError
-from skyhub.registry import accepted_kwargs, list_envs, unregister
+from skyhub.registry import list_envs, unregister
 
 
 @pytest.mark.parametrize("env_id", ["toy-lookup", "sql-spider"])
@@ -53,7 +54,7 @@ def test_forwarded_kwargs_still_reach_their_loader() -> None:
         assert len(env.tasks) == 5 and len(env.tasks[0].meta["table"]) == 3
     with skyhub.make("toy-recall", n_words=4, hops=2, n_tasks=3) as env:
         assert len(env.tasks) == 3
-    accepted, complete = accepted_kwargs("sql-spider")
+    accepted, complete = accepted_kwargs(skyhub.spec("sql-spider"))
     assert complete and {"variant", "spider_dir", "skyrl_eval", "max_turns"} <= set(accepted)
 
 
@@ -110,7 +111,7 @@ def test_unfollowable_kwargs_are_never_refused(env_ids: list[str]) -> None:
     env = skyhub.make("test-kw-unknown", anything=1, size=2)
     assert env.options == {"anything": 1} and len(env.tasks) == 2
     assert skyhub.make("test-kw-pops", flag=True).flag is True
-    assert accepted_kwargs("test-kw-pops")[1] is False
+    assert accepted_kwargs(skyhub.spec("test-kw-pops"))[1] is False
     with pytest.raises(UsageError, match="expects int"):  # the named ones are still typed
         skyhub.make("test-kw-unknown", size="two")
 
@@ -125,10 +126,8 @@ def test_kwargs_targets_hook(env_ids: list[str]) -> None:
 
 def test_remote_kwargs_are_not_validated_here() -> None:
     """remote=/token= make a client of a served env: the id need not even be registered."""
-    from skyhub.registry import make
-
     with pytest.raises(Exception) as e:  # nothing serves there; no kwarg refusal
-        make("not-registered-here", remote="ws://127.0.0.1:9", token="t", max_turn=3)
+        skyhub.make("not-registered-here", remote="ws://127.0.0.1:9", token="t", max_turn=3)
     assert not isinstance(e.value, UsageError) or "did you mean" not in str(e.value)
 
 

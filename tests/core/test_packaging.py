@@ -270,7 +270,7 @@ def test_import_skyhub_is_fast_and_imports_nothing_heavy(tmp_path: Path) -> None
 def test_public_names_resolve_lazily_after_import(tmp_path: Path) -> None:
     code = ("import sys, skyhub\n"
             "assert 'skyhub.registry' not in sys.modules\n"
-            "assert skyhub.make.__module__ == 'skyhub.registry'\n"
+            "assert skyhub.spec.__module__ == 'skyhub.registry'\n"
             "assert issubclass(skyhub.TextEnv, __import__('gymnasium').Env)\n"
             "assert skyhub.protocol.extract('<a>1</a>', 'a') == '1'\n"
             "names = set(dir(skyhub))\n"

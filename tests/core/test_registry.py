@@ -16,8 +16,8 @@ import pytest
 
 import skyhub
 from skyhub import Task, TaskSet, TextEnv
-from skyhub.errors import EnvNotFound, RegistrationError, SkyhubError
-from skyhub.registry import MissingDependency, unregister
+from skyhub.errors import EnvNotFound, MissingDependency, RegistrationError, SkyhubError
+from skyhub.registry import unregister
 
 
 class KwargsEnv(TextEnv):
