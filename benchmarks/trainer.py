@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from benchmarks._common import result, write
-from skyhub.envs.toy.env import RecallEnv
+from skyhub.envs.toy.recall import RecallEnv
 
 
 class SlowRecall(RecallEnv):
@@ -51,7 +51,7 @@ def async_vs_sync(steps: int) -> list[dict[str, Any]]:
         cfg = load_config("tiny-cpu", [
             "env.id=bench-slow-recall",
             "env.kwargs={hops: 2, name_key: false, n_words: 6, n_tasks: 2000}",
-            "env.eval_id=null", "env.num_envs=16", "rollout.max_turns=2",
+            "env.eval_id=null", "env.num_envs=16",
             "rollout.samples_per_prompt=8", "optim.train_batch_size=8",
             "optim.mini_batch_size=2", "optim.epochs=4", "model.tiny_hidden=256",
             f"loop.mode={mode}", "loop.max_staleness=1", f"loop.max_steps={steps}",
@@ -111,14 +111,14 @@ def packed_vs_padded(n_episodes: int = 64, repeats: int = 2) -> list[dict[str, A
 
     from skyhub.trainer.config import AlgoConfig, OptimConfig
     from skyhub.trainer.learner import Learner
-    from skyhub.trainer.rollout import Episode
+    from skyhub.trainer.rollout import Trajectory
     from skyhub.trainer.tiny import tiny_model
 
     rng = random.Random(0)
     vocab = 512
     episodes = []
     for i, n in enumerate(length_mix(n_episodes, rng)):
-        ep = Episode(group=i // 4, task_id=str(i), reward=float(rng.random() < 0.5))
+        ep = Trajectory(group=i // 4, task_id=str(i), reward=float(rng.random() < 0.5))
         prompt = rng.randint(200, min(800, n - 10))
         ep.add([rng.randrange(8, vocab) for _ in range(prompt)], agent=False)
         ep.add([rng.randrange(8, vocab) for _ in range(n - prompt)], agent=True,

@@ -18,7 +18,7 @@ from skyhub.errors import UsageError
 
 def train_cmd(
     overrides: Annotated[list[str] | None, typer.Argument(
-        help="Config overrides as dotted key=value, e.g. optim.lr=2e-6 rollout.max_turns=4 "
+        help="Config overrides as dotted key=value, e.g. optim.lr=2e-6 rollout.temperature=0.8 "
              "env.kwargs.n_words=3 (values are YAML: 3, 0.5, true, null, \\[a, b]); with "
              "--env, an undotted key=value is a kwarg of that env.", show_default=False)] = None,
     env: Annotated[str | None, typer.Option(

@@ -65,7 +65,12 @@ class RolloutConfig:
     samples_per_prompt: int = 5
     temperature: float = 1.0
     top_p: float = 1.0
-    max_turns: int = 1
+    # The turn budget is the env's own `max_turns` (it ends its episodes; the loss normaliser
+    # takes its length from it). This is only a safety limit for envs without one: the rollout
+    # cuts an episode after max(max_turns_cap, the env's max_turns) turns, and warns when a
+    # recipe sets it below the env's budget. null: no limit beyond the env's (and
+    # max_input_tokens).
+    max_turns_cap: int | None = None
     max_tokens_per_turn: int = 256
     max_input_tokens: int = 4096
     stop: list[str] = field(default_factory=list)  # empty: the env's stop_strings
@@ -263,6 +268,11 @@ def _set(root: Any, dotted: str, value: Any, where: str, prefix: str = "") -> No
     for i, name in enumerate(parts):
         names = [f.name for f in dataclasses.fields(obj)]
         full = prefix + ".".join(parts[:i + 1])
+        if full == "rollout.max_turns":
+            raise UsageError(f"{where}: the turn budget is the env's own max_turns, not the "
+                             "rollout's: set env.kwargs.max_turns=N (with --env, max_turns=N); "
+                             "rollout.max_turns_cap is only a safety limit for envs without a "
+                             "budget")
         if name not in names:
             near = difflib.get_close_matches(name, names, n=1)
             raise UsageError(f"{where}: unknown config key {full!r}" + (
@@ -367,7 +377,8 @@ def _check_choices(cfg: TrainConfig) -> None:
         raise UsageError("algo.advantage=gae (a critic) is not sharded yet: use "
                          "dist.learner_ranks=1, or a critic-free estimator (grpo, rloo, "
                          "dr_grpo, reinforce++)")
-    for key in ("env.max_prompt_tokens", "loop.eval_batch_size", "loop.hf_save_every"):
+    for key in ("env.max_prompt_tokens", "loop.eval_batch_size", "loop.hf_save_every",
+                "rollout.max_turns_cap"):
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         if value is not None and value < 1:

@@ -151,15 +151,18 @@ def enable_checkpointing(model: Any) -> None:
 
 
 def _env_facts(env_id: str, kwargs: dict[str, Any], section: str = "env.kwargs"
-               ) -> tuple[list[str], tuple[str, ...]]:
-    """The env's task ids and stop strings, from one instance. A data error says how a
-    training run passes the env's kwargs (`env.kwargs.data_dir=...`, not `data_dir=...`)."""
+               ) -> tuple[list[str], tuple[str, ...], int | None]:
+    """The env's task ids, stop strings and turn budget (`max_turns`), from one instance. A
+    data error says how a training run passes the env's kwargs (`env.kwargs.data_dir=...`,
+    not `data_dir=...`)."""
     import skyhub
     from skyhub.errors import DataNotFound
 
     try:
         with skyhub.make(env_id, **kwargs) as env:
-            return [t.id for t in env.unwrapped.tasks], tuple(env.unwrapped.stop_strings)
+            turns = getattr(env.unwrapped, "max_turns", None)
+            return ([t.id for t in env.unwrapped.tasks], tuple(env.unwrapped.stop_strings),
+                    turns if isinstance(turns, int) else None)
     except DataNotFound as e:
         raise DataNotFound(f"{e} [skyhub train: the env's kwargs are {section}.NAME=VALUE "
                            f"overrides, e.g. {section}.data_dir=PATH]") from None
@@ -368,6 +371,7 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     from skyhub.trainer.chat import ChatFormat
     from skyhub.trainer.learner import Learner
     from skyhub.trainer.policy import compute_dtype
+    from skyhub.trainer.rollout import norm_len
 
     out = Path(cfg.loop.out)
     seed_everything(cfg.loop.seed, cfg.loop.deterministic)
@@ -378,7 +382,7 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
         raise UsageError(f"--resume: no checkpoint under {out / 'checkpoints'}; train without "
                          "--resume first, or point --out at the run to continue")
     # What can fail for a reason the user can fix fails first, before any model loads.
-    task_ids, env_stop = _env_facts(cfg.env.id, cfg.env.kwargs)
+    task_ids, env_stop, env_turns = _env_facts(cfg.env.id, cfg.env.kwargs)
     if cfg.env.eval_id and cfg.loop.eval_every > 0 and cfg.loop.eval_tasks != 0:
         _env_facts(cfg.env.eval_id, cfg.env.eval_kwargs, "env.eval_kwargs")  # its data too
     r = cfg.rollout
@@ -400,7 +404,7 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     task_ids = filter_prompts(cfg, task_ids, chat)
     rollout_cfg = replace(r, stop=list(r.stop) or list(env_stop))  # empty: the env's
     learner_kwargs = {"temperature": r.temperature, "pad_id": tokenizer.pad_token_id,
-                      "pack": cfg.optim.pack, "norm_len": r.max_turns * r.max_tokens_per_turn,
+                      "pack": cfg.optim.pack, "norm_len": norm_len(r, env_turns),
                       "dtype": compute_dtype(cfg.model.dtype, D.device())}
     if sharded:
         D.send((type(model), model.config, learner_kwargs))  # the other ranks build theirs

@@ -32,6 +32,10 @@ to the given envs (sandboxed envs: containers cost more than idle ones).
 
 An episode whose env reports `infra_error` is kept but flagged: the learner masks it out
 instead of rewarding it 0.
+
+The turn budget is the env's (`max_turns`: the env ends its episodes). `rollout.max_turns_cap`
+is only a safety limit for envs without one; it never cuts below the env's budget
+(`turn_limit`), and `norm_len` takes the loss normaliser's length from the env's budget.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyhub.chat import Episode as Transcript  # `Episode` here is an old alias
+from skyhub.chat import Episode as Transcript
 from skyhub.errors import UsageError
 from skyhub.trainer.chat import LAYOUTS, ChatFormat
 from skyhub.trainer.config import RolloutConfig  # one definition: a recipe's `rollout:`
@@ -117,6 +121,37 @@ class Trajectory:
         return min((v for v in self.versions if v >= 0), default=-1)
 
 
+def env_max_turns(venv: Any, env_id: int = 0) -> int | None:
+    """The turn budget (`max_turns`) of env `env_id` of `venv`; None when it declares none."""
+    value = venv.get_attr("max_turns", env_ids=[env_id])[0]
+    return value if isinstance(value, int) and value >= 1 else None
+
+
+def turn_limit(cap: int | None, env_turns: int | None, env_id: str = "the env") -> int | None:
+    """Turns after which the rollout cuts an episode (None: never; the env's budget ends it).
+
+    The env's `max_turns` is the budget; `cap` (`rollout.max_turns_cap`) only bounds envs
+    without one. A cap below the env's budget would cut episodes the env says go on ("(2
+    turns left)"), so it is raised to the budget, with a warning."""
+    if cap is None:
+        return None
+    if env_turns is not None and cap < env_turns:
+        log.warning("rollout.max_turns_cap=%d is below %s's turn budget (max_turns=%d): the "
+                    "rollout plays the env's %d turns (the cap is only a safety limit for envs "
+                    "without a budget; set the env's max_turns to change the budget)", cap,
+                    env_id, env_turns, env_turns)
+        return env_turns
+    return cap
+
+
+def norm_len(cfg: RolloutConfig, env_turns: int | None) -> int:
+    """The generation budget of one episode, the loss normaliser's length
+    (`seq-mean-token-sum-norm`): the env's turn budget (else the safety cap) times
+    `max_tokens_per_turn`; with neither, `max_input_tokens` (the most an episode holds)."""
+    turns = env_turns if env_turns is not None else cfg.max_turns_cap
+    return cfg.max_input_tokens if turns is None else turns * cfg.max_tokens_per_turn
+
+
 class Rollout:
     """Plays groups of episodes on a VectorEnv (created with `autoreset_mode="disabled"`).
 
@@ -138,6 +173,8 @@ class Rollout:
         self.one_message = cfg.chat_layout == "assistant-message"
         if self.one_message:
             chat.check_inline()
+        #: turns after which an episode is cut (None: only the env's budget ends it)
+        self.turn_limit = turn_limit(cfg.max_turns_cap, env_max_turns(venv))
         self._own: Any = None  # a wider VectorEnv this rollout made (see the module's doc)
         self._own_closer: Any = None
 
@@ -284,7 +321,7 @@ class Rollout:
             ep.outcome, ep.truncated, ep.info = info.get("outcome", "failure"), truncated, info
             self._close_message(ep)
             return True
-        if ep.turns >= self.cfg.max_turns:
+        if self.turn_limit is not None and ep.turns >= self.turn_limit:
             ep.outcome, ep.truncated, ep.info = "failure", True, info
             self._close_message(ep)
             return True
@@ -333,8 +370,3 @@ class _Busy:
         elif not envs and self._env_since is not None:
             self.env_s += now - self._env_since
             self._env_since = None
-
-
-#: The old name of `Trajectory` (a token record, not a `skyhub.Episode` transcript), kept so old
-#: imports work.
-Episode = Trajectory

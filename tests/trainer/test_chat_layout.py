@@ -87,9 +87,10 @@ class ScriptedEngine:
         pass
 
 
-def replay(env_id: str, task_id: str, actions: list[str]) -> tuple[str, str, list[str], float]:
+def replay(env_id: str, task_id: str, actions: list[str], **env_kwargs: Any
+           ) -> tuple[str, str, list[str], float]:
     """The env's system prompt, first observation, each reply and the total reward."""
-    with skyhub.make(env_id) as env:
+    with skyhub.make(env_id, **env_kwargs) as env:
         first, _ = env.reset(options={"task_id": task_id})
         replies, total = [], 0.0
         for a in actions:
@@ -101,8 +102,9 @@ def replay(env_id: str, task_id: str, actions: list[str]) -> tuple[str, str, lis
         return env.system_prompt, first, replies, total
 
 
-def play(venv_id: str, engine: Any, chat: ChatFormat, cfg: RolloutConfig, group: int = 1):
-    venv = skyhub.make_vec(venv_id, 2, autoreset_mode="disabled")
+def play(venv_id: str, engine: Any, chat: ChatFormat, cfg: RolloutConfig, group: int = 1,
+         **env_kwargs: Any):
+    venv = skyhub.make_vec(venv_id, 2, autoreset_mode="disabled", **env_kwargs)
     try:
         return Rollout(venv, engine, chat, cfg).run([TASK], group_size=group, seed=3)
     finally:
@@ -116,7 +118,7 @@ def test_the_episode_is_one_assistant_message_in_the_tokenizers_own_encoding(qwe
              ("<think>That is it.</think>\n<solution>SELECT count(*) FROM singer</solution>",
               False)]
     engine = ScriptedEngine(tok, turns)
-    cfg = RolloutConfig(max_turns=6, max_tokens_per_turn=64, max_input_tokens=8192,
+    cfg = RolloutConfig(max_turns_cap=6, max_tokens_per_turn=64, max_input_tokens=8192,
                         stop=("</sql>", "</solution>"), chat_layout="assistant-message")
     (ep,) = play("sql-spider", engine, ChatFormat(tok), cfg)
     system, first, replies, total = replay("sql-spider", TASK, [t for t, _ in turns])
@@ -164,7 +166,7 @@ def test_user_turns_layout_is_unchanged(qwen_like):
     turns = [("<think>Look.</think>\n<sql>SELECT count(*) FROM singer</sql>", False),
              ("<think>Done.</think>\n<solution>SELECT count(*) FROM singer</solution>", False)]
     chat = ChatFormat(tok)
-    cfg = RolloutConfig(max_turns=6, max_tokens_per_turn=64, max_input_tokens=8192)
+    cfg = RolloutConfig(max_turns_cap=6, max_tokens_per_turn=64, max_input_tokens=8192)
     (ep,) = play("sql-spider", ScriptedEngine(tok, turns), chat, cfg)
     _, _, replies, _ = replay("sql-spider", TASK, [t for t, _ in turns])
     between = chat.observation_ids(replies[0], agent_ended_turn=False)
@@ -192,13 +194,13 @@ def test_sampled_turns_train_on_exactly_the_engines_tokens(qwen_like):
 
     engine = Recording(model, tok)
     chat = ChatFormat(tok)
-    cfg = RolloutConfig(max_turns=2, max_tokens_per_turn=8, max_input_tokens=8192,
+    cfg = RolloutConfig(max_tokens_per_turn=8, max_input_tokens=8192,
                         stop=("</sql>", "</solution>"), chat_layout="assistant-message")
-    episodes = play("sql-spider", engine, chat, cfg, group=2)
+    episodes = play("sql-spider", engine, chat, cfg, group=2, max_turns=2)
     eos = tok.eos_token_id
     for ep in episodes:
         texts = [engine.calls[ep.seed * 64 + k][1].text for k in range(ep.turns)]
-        system, first, replies, _ = replay("sql-spider", TASK, texts)
+        system, first, replies, _ = replay("sql-spider", TASK, texts, max_turns=2)
         seq = chat.prompt_ids(first, system)
         mask = [0] * len(seq)
         for k in range(ep.turns):

@@ -36,7 +36,7 @@ def test_grpo_learns_to_act_read_then_answer_in_a_two_turn_env(tmp_path):
     n_words = 6
     env = f"hops: 2, name_key: false, n_words: {n_words}"
     s = run(tmp_path, f"env.kwargs={{{env}, n_tasks: 2000}}",
-            f"env.eval_kwargs={{{env}, n_tasks: 100, seed: 99}}", "rollout.max_turns=2",
+            f"env.eval_kwargs={{{env}, n_tasks: 100, seed: 99}}",
             "loop.max_steps=120", "loop.eval_every=60")
     chance = 1 / n_words
     assert s.metrics[0]["reward_mean"] < chance
@@ -47,8 +47,8 @@ def test_grpo_learns_to_act_read_then_answer_in_a_two_turn_env(tmp_path):
 
 def test_sql_synth_trains_end_to_end(tmp_path):
     pytest.importorskip("duckdb")
-    s = run(tmp_path, "env.id=sql-synth", "env.kwargs={}", "env.eval_id=null",
-            "env.num_envs=4", "rollout.samples_per_prompt=2", "rollout.max_turns=2",
+    s = run(tmp_path, "env.id=sql-synth", "env.kwargs={max_turns: 2}", "env.eval_id=null",
+            "env.num_envs=4", "rollout.samples_per_prompt=2",
             "rollout.max_tokens_per_turn=24", "rollout.max_input_tokens=2048",
             "optim.train_batch_size=2", "optim.mini_batch_size=2", "loop.max_steps=2",
             "loop.eval_every=0")

@@ -35,7 +35,7 @@ def test_learner_trains_on_exactly_engine_tokens_and_env_tokens(model, tokenizer
     venv = skyhub.make_vec("toy-lookup", 4, autoreset_mode="disabled")
     probe = skyhub.make("toy-lookup")
     task_ids = [t.id for t in probe.unwrapped.tasks][:3]
-    rollout = Rollout(venv, engine, chat, RolloutConfig(max_turns=3, max_tokens_per_turn=12,
+    rollout = Rollout(venv, engine, chat, RolloutConfig(max_turns_cap=3, max_tokens_per_turn=12,
                                                         stop=("</lookup>", "</answer>")))
     try:
         episodes = rollout.run(task_ids, group_size=2, seed=1)
@@ -142,11 +142,3 @@ def test_infra_errors_are_flagged_and_left_out_of_the_loss(model, tokenizer, cha
     metrics = learner.train_step(episodes[3:], 3)  # only infra errors: nothing to learn from
     assert metrics["skipped"] == 1.0 and metrics["infra_errors"] == 3.0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-
-
-def test_episode_is_the_old_name_of_trajectory() -> None:
-    """A rollout's token record is a `Trajectory` (`skyhub.Episode` is a chat transcript);
-    the old name stays importable (issue 19)."""
-    from skyhub.trainer.rollout import Episode, Trajectory
-
-    assert Episode is Trajectory

@@ -105,7 +105,7 @@ def test_a_turn_goes_to_the_engine_while_another_episodes_long_generation_runs(t
     engine = GatedEngine(tokenizer, hold=lambda s: s == 0,
                          release=lambda e: ("submit", 64 + 2) in e.events)
     venv = skyhub.VectorEnv([ThreeTurns, ThreeTurns], autoreset_mode="disabled")
-    rollout = Rollout(venv, engine, chat, RolloutConfig(max_turns=5, max_tokens_per_turn=8))
+    rollout = Rollout(venv, engine, chat, RolloutConfig(max_turns_cap=5, max_tokens_per_turn=8))
     try:
         episodes = rollout.run(["t0", "t1"], group_size=1)
     finally:
@@ -123,7 +123,7 @@ def test_all_episodes_of_a_step_in_flight_with_fewer_envs(tokenizer, chat):
     engine = GatedEngine(tokenizer, hold=lambda s: s % 64 == 0,
                          release=lambda e: e.outstanding >= 6)
     venv = skyhub.VectorEnv([ThreeTurns] * 2, autoreset_mode="disabled")
-    rollout = Rollout(venv, engine, chat, RolloutConfig(max_turns=5, max_tokens_per_turn=8))
+    rollout = Rollout(venv, engine, chat, RolloutConfig(max_turns_cap=5, max_tokens_per_turn=8))
     try:
         episodes = rollout.run(["t0", "t1", "t2"], group_size=2)
         own = rollout._own
@@ -144,7 +144,7 @@ def test_max_in_flight_caps_the_episodes_playing_at_once(tokenizer, chat):
     engine = GatedEngine(tokenizer, hold=lambda s: s % 64 == 0,
                          release=lambda e: e.outstanding >= 2)
     venv = skyhub.VectorEnv([ThreeTurns] * 4, autoreset_mode="disabled")
-    rollout = Rollout(venv, engine, chat, RolloutConfig(max_turns=5, max_tokens_per_turn=8,
+    rollout = Rollout(venv, engine, chat, RolloutConfig(max_turns_cap=5, max_tokens_per_turn=8,
                                                         max_in_flight=2))
     try:
         episodes = rollout.run(["t0", "t1", "t2"], group_size=2)
@@ -162,7 +162,7 @@ def test_results_are_the_batch_barrier_rollouts(model, tokenizer, chat, max_inpu
     """The HF engine is deterministic given each request's seed: request-level scheduling
     (continuous batching, episodes on their own) gives what the old scheduling gave, token
     for token, including where the input budget cuts turns short and ends episodes."""
-    cfg = RolloutConfig(max_turns=3, max_tokens_per_turn=12, max_input_tokens=max_input_tokens,
+    cfg = RolloutConfig(max_turns_cap=3, max_tokens_per_turn=12, max_input_tokens=max_input_tokens,
                         stop=("</lookup>", "</answer>"))
     probe = skyhub.make("toy-lookup")
     task_ids = [t.id for t in probe.unwrapped.tasks][:2]

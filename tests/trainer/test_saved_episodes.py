@@ -18,7 +18,7 @@ SMALL = ["rollout.samples_per_prompt=4", "optim.train_batch_size=4", "optim.mini
 def test_saved_training_episodes_replay_identically(tmp_path: Path) -> None:
     out = tmp_path / "run"
     # toy-lookup: two turns with a tool call, so observations between actions are compared
-    train(load_config("tiny-cpu", [*SMALL, f"loop.out={out}", "rollout.max_turns=3",
+    train(load_config("tiny-cpu", [*SMALL, f"loop.out={out}",
                                    "rollout.max_tokens_per_turn=4"], env_id="toy-lookup",
                       env_kwargs={"max_turns": 3}), live=False)
     files = sorted((out / "episodes").glob("step-*.jsonl"))
