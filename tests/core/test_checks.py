@@ -1,90 +1,70 @@
-"""`skyhub.checks.check_env`: each check passes a correct env and catches the bug it is for.
+"""`skyhub.eval.checks.check_env`: each check passes a correct env and catches the bug it is for.
 
-The broken envs below each break one rule of the contract on top of `Quiz`, a small correct
-env, so a failing check points at exactly one bug (and the other checks show they still ran).
+The broken envs below each break one rule of the contract on top of `SayEnv` (tests/support),
+a small correct env, so a failing check points at exactly one bug (and the other checks show
+they still ran).
 """
 
 from __future__ import annotations
 
 import random
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium
 import pytest
 
 import skyhub
-from skyhub.checks import MALFORMED_ACTIONS, CheckReport, check_env
 from skyhub.env import TextEnv
 from skyhub.errors import EnvNotFound
+from skyhub.eval.checks import MALFORMED_ACTIONS, CheckReport, check_env
 from skyhub.registry import unregister
-from skyhub.task import Task, TaskSet
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from skyhub_testenvs import SayEnv
 
 ALL_CHECKS = ["gymnasium", "spaces", "info", "malformed", "turns", "seeding", "reference",
               "replay", "cleanup"]
 
 
-class Quiz(TextEnv):
-    """A correct one-turn env: "Say 3." -> `<answer>3</answer>`."""
-
-    def __init__(self, n_tasks: int = 5) -> None:
-        super().__init__()
-        self.tasks = TaskSet(Task(f"q{i}", f"Say {i}.", str(i)) for i in range(n_tasks))
-
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.task = self.select_task(options)
-        self.turn = 0
-        return self.task.prompt, self.make_info()
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self.task is not None
-        self.turn += 1
-        correct = action.strip() == f"<answer>{self.task.answer}</answer>"
-        return "", float(correct), True, False, self.make_info(
-            "success" if correct else "failure", reward_breakdown={"correct": float(correct)})
-
-    def reference_action(self) -> str | None:
-        return None if self.task is None else f"<answer>{self.task.answer}</answer>"
-
-
-class RaisesOnMalformed(Quiz):
+class RaisesOnMalformed(SayEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if not action.startswith("<answer>"):
             raise ValueError("no <answer> tag")
         return super().step(action)
 
 
-class MissingInfraError(Quiz):
+class MissingInfraError(SayEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
         del info["infra_error"]
         return obs, reward, terminated, truncated, info
 
 
-class UnknownOutcome(Quiz):
+class UnknownOutcome(SayEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
         return obs, reward, terminated, truncated, {**info, "outcome": "done"}
 
 
-class NoRewardBreakdown(Quiz):
+class NoRewardBreakdown(SayEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
         del info["reward_breakdown"]
         return obs, reward, terminated, truncated, info
 
 
-class BoolReward(Quiz):
+class BoolReward(SayEnv):
     def step(self, action: str) -> Any:
         obs, reward, terminated, truncated, info = super().step(action)
         return obs, reward > 0, terminated, truncated, info
 
 
-class IgnoresSeed(Quiz):
+class IgnoresSeed(SayEnv):
     """Walks through its tasks in order whatever the seed."""
 
     def reset(self, *, seed: int | None = None,
@@ -95,7 +75,7 @@ class IgnoresSeed(Quiz):
         return self.task.prompt, self.make_info()
 
 
-class AlwaysFirstTask(Quiz):
+class AlwaysFirstTask(SayEnv):
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
@@ -103,17 +83,17 @@ class AlwaysFirstTask(Quiz):
         return self.task.prompt, self.make_info()
 
 
-class WrongReference(Quiz):
+class WrongReference(SayEnv):
     def reference_action(self) -> str | None:
         return "<answer>wrong</answer>"
 
 
-class BrokenReference(Quiz):
+class BrokenReference(SayEnv):
     def reference_action(self) -> str | None:
         raise RuntimeError("reference broke")
 
 
-class NeverEndsOnGarbage(Quiz):
+class NeverEndsOnGarbage(SayEnv):
     """Asks again, forever, until it gets an <answer>."""
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -123,7 +103,7 @@ class NeverEndsOnGarbage(Quiz):
         return super().step(action)
 
 
-class Retries(Quiz):
+class Retries(SayEnv):
     """A correct env with a turn budget: a reply without an answer tag costs a turn."""
 
     def __init__(self) -> None:
@@ -185,13 +165,13 @@ class TimedHint(RandomHint):
     replay_ignore = (r"Hint #\d+\.",)
 
 
-class DiscreteActions(Quiz):
+class DiscreteActions(SayEnv):
     def __init__(self) -> None:
         super().__init__()
         self.action_space = gymnasium.spaces.Discrete(3)
 
 
-class CloseRaises(Quiz):
+class CloseRaises(SayEnv):
     def close(self) -> None:
         raise OSError("connection already gone")
 
@@ -199,7 +179,7 @@ class CloseRaises(Quiz):
 _leftovers: list[Callable[[], None]] = []  # how to stop what the leaky envs left behind
 
 
-class LeavesThread(Quiz):
+class LeavesThread(SayEnv):
     def __init__(self) -> None:
         super().__init__()
         stop = threading.Event()
@@ -207,14 +187,14 @@ class LeavesThread(Quiz):
         _leftovers.append(stop.set)
 
 
-class LeavesProcess(Quiz):
+class LeavesProcess(SayEnv):
     def __init__(self) -> None:
         super().__init__()
         proc = subprocess.Popen(["sleep", "60"])
         _leftovers.append(lambda: (proc.kill(), proc.wait()))
 
 
-class StopsItsThread(Quiz):
+class StopsItsThread(SayEnv):
     """Has a worker thread, and stops it in close(): no leak."""
 
     def __init__(self) -> None:
@@ -251,7 +231,7 @@ def failed(report: CheckReport) -> list[str]:
 
 
 def test_correct_env_passes_every_check(register: Callable[[type[TextEnv]], str]) -> None:
-    report = check_env(register(Quiz))
+    report = check_env(register(SayEnv))
     assert [r.name for r in report.results] == ALL_CHECKS
     assert report.ok, str(report)
 
@@ -312,7 +292,7 @@ def test_check_flags_reset_that_ignores_the_seed(register: Callable[..., str]) -
 def test_check_flags_env_that_always_picks_the_same_task(register: Callable[..., str]) -> None:
     report = check_env(register(AlwaysFirstTask))
     assert failed(report) == ["seeding"]
-    assert "16 different seeds all chose task 'q0'" in report["seeding"].message
+    assert "16 different seeds all chose task 'say-0'" in report["seeding"].message
 
 
 def test_single_task_env_gets_a_note_not_a_failure(register: Callable[..., str]) -> None:
@@ -335,7 +315,7 @@ def test_crashing_reference_is_reported_with_its_exception(register: Callable[..
     assert "in reference_action" in report["reference"].message
 
 
-class NoReference(Quiz):
+class NoReference(SayEnv):
     def reference_action(self) -> str | None:
         return None
 
@@ -360,7 +340,7 @@ def test_env_with_a_turn_budget_passes_the_turns_check(register: Callable[..., s
 
 
 def test_env_without_a_turn_budget_skips_the_turns_check_with_a_note() -> None:
-    report = check_env(Quiz())
+    report = check_env(SayEnv())
     assert report["turns"].passed and report["turns"].message == "skipped"
     assert any("no max_turns" in n for n in report["turns"].notes)
 
@@ -383,7 +363,7 @@ def test_check_flags_env_whose_reply_is_not_reproducible(register: Callable[...,
     assert failed(report) == ["replay"]
     message = report["replay"].message
     # the first differing observation, both versions: the random-action episode's first reply
-    assert "the random-action episode (reset seed 1, task 'q1')" in message
+    assert "the random-action episode (reset seed 1, task 'say-1')" in message
     assert "at step 2: observation differs" in message
     assert message.count("Hint #") == 2 and "replay_ignore" in message
 
@@ -435,14 +415,14 @@ def test_check_accepts_an_instance_and_closes_it() -> None:
 
 
 def test_instance_without_spec_skips_cross_instance_seeding_with_a_note() -> None:
-    report = check_env(Quiz())
+    report = check_env(SayEnv())
     assert report.ok, str(report)
     assert any("no spec" in n for n in report["seeding"].notes)
 
 
 def test_env_kwargs_with_an_instance_is_a_usage_error() -> None:
     with pytest.raises(TypeError, match="env id"):
-        check_env(Quiz(), env_kwargs={"n_tasks": 2})
+        check_env(SayEnv(), env_kwargs={"n_tasks": 2})
 
 
 def test_env_that_cannot_be_made_is_one_failed_check() -> None:
@@ -472,7 +452,7 @@ def test_report_renders_as_a_table_with_a_row_per_check(register: Callable[..., 
 def test_every_malformed_action_is_tried() -> None:
     seen: list[str] = []
 
-    class Recording(Quiz):
+    class Recording(SayEnv):
         def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
             seen.append(action)
             return super().step(action)
@@ -484,7 +464,7 @@ def test_every_malformed_action_is_tried() -> None:
     assert any(len(a) == 100_000 for a in seen)
 
 
-class LeavesContainer(Quiz):
+class LeavesContainer(SayEnv):
     """Starts a Docker sandbox and never closes it."""
 
     def __init__(self) -> None:
@@ -495,7 +475,7 @@ class LeavesContainer(Quiz):
         _leftovers.append(box.close)
 
 
-class ClosesItsContainer(Quiz):
+class ClosesItsContainer(SayEnv):
     def __init__(self) -> None:
         super().__init__()
         import skyhub.sandbox
@@ -525,7 +505,7 @@ def test_a_process_wide_daemon_thread_is_not_an_envs_leak() -> None:
     env after it: the cleanup check must not blame whichever env happened to start it."""
     import threading
 
-    from skyhub.checks import process_wide
+    from skyhub.eval.checks import process_wide
 
     stop = threading.Event()
     shared = threading.Thread(target=stop.wait, daemon=True, name="x-shared")

@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 import skyhub
 from skyhub.cli.kwargs import parse_kwargs
 from skyhub.cli.main import app
-from skyhub.env import TextEnv
 from skyhub.registry import unregister
-from skyhub.task import Task, TaskSet
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from skyhub_testenvs import SayEnv
 
 runner = CliRunner()
 # Wide enough that rich does not wrap the lines the tests look for.
@@ -34,40 +35,11 @@ def invoke(*args: str, input: str | None = None) -> Any:
     return runner.invoke(app, list(args), input=input, env=WIDE)
 
 
-class Echo(TextEnv):
-    """One turn: the answer is the task's word; raises on anything else (a broken env)."""
-
-    system_prompt = "Repeat the word."
-
-    def __init__(self, strict: bool = True) -> None:
-        super().__init__()
-        self.strict = strict
-        self.tasks = TaskSet([Task("w0", "Say: apple", "apple"), Task("w1", "Say: pear", "pear")])
-
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.task = self.select_task(options)
-        self.turn = 0
-        return self.task.prompt, self.make_info()
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self.task is not None
-        self.turn += 1
-        if self.strict and action != self.task.answer:
-            raise ValueError("unexpected action")
-        ok = action == self.task.answer
-        return "", float(ok), True, False, self.make_info(
-            "success" if ok else "failure", reward_breakdown={"correct": float(ok)})
-
-    def reference_action(self) -> str | None:
-        return None if self.task is None else str(self.task.answer)
-
-
 @pytest.fixture
 def echo_id() -> Iterator[str]:
-    skyhub.register("test-echo", Echo, description="Say the word back.", tags=("test",),
-                    override=True)
+    # strict: a reply other than the answer raises, the bug `skyhub check` must report
+    skyhub.register("test-echo", SayEnv, kwargs={"n_tasks": 2, "strict": True},
+                    description="Say the number back.", tags=("test",), override=True)
     yield "test-echo"
     unregister("test-echo")
 
@@ -134,8 +106,8 @@ def test_list_json_is_machine_readable(echo_id: str) -> None:
     assert result.exit_code == 0
     envs = {e["id"]: e for e in json.loads(result.stdout)}
     assert envs["toy-arith"]["entry_point"] == "skyhub.envs.toy.env:ArithEnv"
-    assert envs[echo_id] == {"id": echo_id, "description": "Say the word back.",
-                             "tags": ["test"], "source": __name__, "entry_point": "Echo"}
+    assert envs[echo_id] == {"id": echo_id, "description": "Say the number back.",
+                             "tags": ["test"], "source": __name__, "entry_point": "SayEnv"}
 
 
 def test_list_shows_plugins_that_failed_to_load(monkeypatch: pytest.MonkeyPatch) -> None:

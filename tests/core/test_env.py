@@ -1,9 +1,12 @@
-"""The TextEnv contract, with a small env written the way the docs tell an author to."""
+"""The TextEnv contract, with a small env written the way the docs tell an author to (`SayEnv`,
+tests/support)."""
 
 from __future__ import annotations
 
 import sqlite3
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -11,37 +14,15 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import skyhub
-from skyhub import Task, TaskSet, TextEnv, UnicodeText
+from skyhub import Task, TextEnv, UnicodeText
 from skyhub.env import OUTCOMES, REQUIRED_INFO_KEYS
 from skyhub.errors import DataNotFound
 
-
-class EchoEnv(TextEnv):
-    """One turn: repeat the prompt back to win."""
-
-    system_prompt = "Repeat the prompt."
-
-    def __init__(self, n_tasks: int = 20) -> None:
-        super().__init__()
-        self.tasks = TaskSet(Task(id=f"echo-{i}", prompt=f"say {i}", answer=f"say {i}")
-                             for i in range(n_tasks))
-
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.task = self.select_task(options)
-        self.turn = 0
-        return self.task.prompt, self.make_info()
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self.task is not None
-        self.turn += 1
-        ok = action == self.task.answer
-        return "", float(ok), True, False, self.make_info(
-            "success" if ok else "failure", reward_breakdown={"match": float(ok)})
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from skyhub_testenvs import SayEnv
 
 
-class SqliteEnv(EchoEnv):
+class SqliteEnv(SayEnv):
     """Holds a real connection; its `close` would fail if run twice."""
 
     def __init__(self) -> None:
@@ -69,7 +50,7 @@ class ChildSqliteEnv(SqliteEnv):
 
 # ----------------------------------------------------------------------------- construction
 def test_subclass_init_needs_no_arguments_and_sets_text_spaces() -> None:
-    env = EchoEnv()
+    env = SayEnv()
     assert isinstance(env, gymnasium.Env)
     assert isinstance(env.observation_space, UnicodeText)
     assert isinstance(env.action_space, UnicodeText)
@@ -89,7 +70,7 @@ REAL_TEXT = [
 
 @pytest.mark.parametrize("text", REAL_TEXT)
 def test_spaces_accept_real_text(text: str) -> None:
-    env = EchoEnv()
+    env = SayEnv()
     assert env.action_space.contains(text)
     assert text in env.observation_space
 
@@ -97,7 +78,7 @@ def test_spaces_accept_real_text(text: str) -> None:
 @pytest.mark.parametrize("value", [b"bytes", None, 42, ["list"], "lone \ud800 surrogate",
                                    "\udfff"])
 def test_spaces_reject_non_str_and_lone_surrogates(value: object) -> None:
-    env = EchoEnv()
+    env = SayEnv()
     assert not env.action_space.contains(value)
     assert value not in env.observation_space
 
@@ -128,7 +109,7 @@ def test_toy_envs_pass_gymnasium_env_checker_without_warnings(env_id: str) -> No
 
 
 def test_registered_small_subclass_passes_gymnasium_env_checker(tmp_env_id: str) -> None:
-    skyhub.register(tmp_env_id, EchoEnv)
+    skyhub.register(tmp_env_id, SayEnv)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(skyhub.make(tmp_env_id))
@@ -137,35 +118,35 @@ def test_registered_small_subclass_passes_gymnasium_env_checker(tmp_env_id: str)
 
 # ----------------------------------------------------------------------------- select_task
 def test_select_task_by_task_id() -> None:
-    env = EchoEnv()
-    obs, info = env.reset(options={"task_id": "echo-7"})
-    assert obs == "say 7"
-    assert info["task_id"] == "echo-7"
+    env = SayEnv()
+    obs, info = env.reset(options={"task_id": "say-7"})
+    assert obs == "Say 7."
+    assert info["task_id"] == "say-7"
 
 
 def test_select_task_by_task_id_in_a_plain_list_of_tasks() -> None:
-    env = EchoEnv()
+    env = SayEnv()
     env.tasks = list(env.tasks)
-    assert env.reset(options={"task_id": "echo-3"})[0] == "say 3"
+    assert env.reset(options={"task_id": "say-3"})[0] == "Say 3."
     with pytest.raises(KeyError, match="'missing'"):
         env.reset(options={"task_id": "missing"})
 
 
 def test_select_task_with_a_task_outside_the_task_set() -> None:
-    env = EchoEnv()
-    task = Task(id="custom", prompt="say hi", answer="say hi")
+    env = SayEnv()
+    task = Task(id="custom", prompt="say hi", answer="hi")
     obs, info = env.reset(options={"task": task})
     assert (obs, info["task_id"]) == ("say hi", "custom")
-    assert env.step("say hi")[1] == 1.0
+    assert env.step("<answer>hi</answer>")[1] == 1.0
 
 
 def test_select_task_rejects_a_task_that_is_not_a_task() -> None:
     with pytest.raises(TypeError, match=r"skyhub\.Task"):
-        EchoEnv().reset(options={"task": {"id": "x", "prompt": "p"}})
+        SayEnv().reset(options={"task": {"id": "x", "prompt": "p"}})
 
 
 def test_same_seed_selects_same_task_and_seeds_spread_over_tasks() -> None:
-    a, b = EchoEnv(), EchoEnv()
+    a, b = SayEnv(), SayEnv()
     picks = [a.reset(seed=s)[1]["task_id"] for s in range(10)]
     assert picks == [b.reset(seed=s)[1]["task_id"] for s in range(10)]
     assert len(set(picks)) > 3
@@ -177,12 +158,12 @@ def test_same_seed_selects_same_task_and_seeds_spread_over_tasks() -> None:
 
 
 def test_unknown_task_id_raises_key_error_naming_it() -> None:
-    with pytest.raises(KeyError, match="'echo-999'"):
-        EchoEnv().reset(options={"task_id": "echo-999"})
+    with pytest.raises(KeyError, match="'say-999'"):
+        SayEnv().reset(options={"task_id": "say-999"})
 
 
 def test_env_without_tasks_raises_data_not_found() -> None:
-    env = EchoEnv(n_tasks=0)
+    env = SayEnv(n_tasks=0)
     with pytest.raises(DataNotFound, match=r"self\.tasks"):
         env.reset(seed=0)
     # ...but a task passed in options still works
@@ -191,22 +172,22 @@ def test_env_without_tasks_raises_data_not_found() -> None:
 
 # ----------------------------------------------------------------------------- make_info
 def test_make_info_fills_contract_keys_from_episode_state() -> None:
-    env = EchoEnv()
-    env.reset(options={"task_id": "echo-2"})
+    env = SayEnv()
+    env.reset(options={"task_id": "say-2"})
     env.turn = 3
     info = env.make_info("failure", infra_error=True, reward_breakdown={"a": 1.0}, extra="x")
     assert set(REQUIRED_INFO_KEYS) <= set(info)
-    assert info == {"task_id": "echo-2", "turn": 3, "outcome": "failure", "infra_error": True,
+    assert info == {"task_id": "say-2", "turn": 3, "outcome": "failure", "infra_error": True,
                     "reward_breakdown": {"a": 1.0}, "extra": "x"}
 
 
 def test_make_info_defaults_to_running_without_breakdown() -> None:
-    info = EchoEnv().make_info()
+    info = SayEnv().make_info()
     assert info == {"task_id": None, "turn": 0, "outcome": "running", "infra_error": False}
 
 
 def test_make_info_copies_reward_breakdown() -> None:
-    env = EchoEnv()
+    env = SayEnv()
     breakdown = {"a": 1.0}
     info = env.make_info("success", reward_breakdown=breakdown)
     breakdown["a"] = 0.0
@@ -216,11 +197,11 @@ def test_make_info_copies_reward_breakdown() -> None:
 @pytest.mark.parametrize("outcome", ["done", "SUCCESS", "", None])
 def test_make_info_rejects_unknown_outcomes(outcome: Any) -> None:
     with pytest.raises(ValueError, match="outcome must be one of"):
-        EchoEnv().make_info(outcome)
+        SayEnv().make_info(outcome)
 
 
 def test_every_documented_outcome_is_accepted() -> None:
-    env = EchoEnv()
+    env = SayEnv()
     assert [env.make_info(o)["outcome"] for o in OUTCOMES] == list(OUTCOMES)
     assert set(OUTCOMES) == {"running", "success", "failure", "error"}
 
@@ -255,7 +236,7 @@ def test_close_marks_env_closed_even_when_cleanup_raises() -> None:
 
 
 def test_base_close_is_idempotent() -> None:
-    env = EchoEnv()
+    env = SayEnv()
     env.close()
     env.close()
     assert env.closed
@@ -316,14 +297,14 @@ def test_start_episode_seeds_picks_the_task_and_zeroes_the_turn() -> None:
 
 # ----------------------------------------------------------------------------- the turn budget
 def test_max_turns_defaults_to_no_budget() -> None:
-    env = EchoEnv()
+    env = SayEnv()
     assert (env.max_turns, env.turns_left, env.out_of_turns, env.turns_left_note()) == (
         None, None, False, "")
     assert env.next_turn() == 1 and env.turn == 1 and not env.out_of_turns
 
 
 def test_max_turns_is_validated_wherever_it_is_set() -> None:
-    env = EchoEnv()
+    env = SayEnv()
     env.max_turns = 3
     assert env.max_turns == 3
     for bad in (0, -1, True, 2.5):
@@ -335,7 +316,7 @@ def test_max_turns_is_validated_wherever_it_is_set() -> None:
 
 
 def test_next_turn_counts_down_the_budget_and_the_note_says_what_is_left() -> None:
-    env = EchoEnv()
+    env = SayEnv()
     env.max_turns = 3
     env.start_episode(seed=0)
     assert (env.turn, env.turns_left, env.turns_left_note()) == (0, 3, "(3 turns left)")
@@ -349,7 +330,7 @@ def test_next_turn_counts_down_the_budget_and_the_note_says_what_is_left() -> No
 
 
 def test_end_rule_terminates_the_task_end_and_truncates_the_budget() -> None:
-    env = EchoEnv()
+    env = SayEnv()
     env.max_turns = 3
     assert env.end_flags(task_ended=True) == (True, False)
     assert env.end_flags(task_ended=False) == (False, True)

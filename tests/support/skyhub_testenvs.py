@@ -1,4 +1,4 @@
-"""Envs for tests that must be importable by module name (worker processes unpickle them)."""
+"""Envs shared by test files, importable by module name (worker processes unpickle them)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,38 @@ import time
 from typing import Any
 
 from skyhub import Task, TaskSet, TextEnv
+
+
+class SayEnv(TextEnv):
+    """A correct one-turn env written the way the docs tell an author to: task `say-i` asks
+    "Say i." and the reply `<answer>i</answer>` wins. With `strict`, any other reply raises, as
+    a broken env would (what the contract checker must catch)."""
+
+    system_prompt = "Say the number you are asked for, inside <answer></answer>."
+
+    def __init__(self, n_tasks: int = 20, strict: bool = False) -> None:
+        super().__init__()
+        self.strict = strict
+        self.tasks = TaskSet(Task(f"say-{i}", f"Say {i}.", str(i)) for i in range(n_tasks))
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.task = self.select_task(options)
+        self.turn = 0
+        return self.task.prompt, self.make_info()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        assert self.task is not None
+        self.turn += 1
+        correct = action.strip() == f"<answer>{self.task.answer}</answer>"
+        if self.strict and not correct:
+            raise ValueError("unexpected action")
+        return "", float(correct), True, False, self.make_info(
+            "success" if correct else "failure", reward_breakdown={"correct": float(correct)})
+
+    def reference_action(self) -> str | None:
+        return None if self.task is None else f"<answer>{self.task.answer}</answer>"
 
 
 class CountEnv(TextEnv):
