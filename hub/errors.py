@@ -113,7 +113,7 @@ class RemoteEnvError(InfraError):
 class CheckFailed(Exception):
     """A check's verdict (not a crash): its message goes into the report as is.
 
-    Raised inside `skyhub.checks` by one contract check and caught by `check_env`, which
+    Raised inside `skyhub.eval.checks` by one contract check and caught by `check_env`, which
     records it as that check's FAIL; it never reaches the caller. Fix: what the message says
     the env does wrong."""
 

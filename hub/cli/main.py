@@ -286,8 +286,8 @@ def check(
     seed: Annotated[int, typer.Option(help="First seed the checks use.")] = 0,
 ) -> None:
     """Check that an environment keeps the skyhub env contract; exit code 1 if not."""
-    from skyhub.checks import check_env
     from skyhub.cli.publish_cmds import resolve_check_target
+    from skyhub.eval.checks import check_env
 
     ok = True
     for one in resolve_check_target(env_id):

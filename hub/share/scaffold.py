@@ -2,7 +2,7 @@
 
 The package is the smallest complete example of the house way to write an env: a `TextEnv`
 subclass reading a bundled `tasks.jsonl`, a tag protocol, a `reference_action` for the oracle,
-registration through the `skyhub.envs` entry point, tests that run `skyhub.checks.check_env`,
+registration through the `skyhub.envs` entry point, tests that run `skyhub.eval.checks.check_env`,
 and a README. It passes `skyhub check` and `ruff` as generated, so an author starts from green
 and changes one thing at a time. `sandbox=True` makes an env that runs the agent's Python in a
 skyhub sandbox, with a Dockerfile for its image.

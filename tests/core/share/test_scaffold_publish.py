@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from skyhub.checks import check_env
 from skyhub.cli.main import app
 from skyhub.cli.publish_cmds import resolve_check_target
 from skyhub.errors import DataNotFound, UsageError
+from skyhub.eval.checks import check_env
 from skyhub.registry import list_envs, unregister
 from skyhub.share.install import (
     distribution_candidates,

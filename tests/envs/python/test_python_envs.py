@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import skyhub
-from skyhub.checks import check_env
+from skyhub.eval.checks import check_env
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 import skyhub
-from skyhub.checks import check_env
 from skyhub.cli.main import app
+from skyhub.eval.checks import check_env
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
 pytest.importorskip("bm25s")

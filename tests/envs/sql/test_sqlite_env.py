@@ -147,7 +147,7 @@ def test_a_hostile_solution_scores_zero_without_breaking_anything(env: SQLEnv) -
 
 
 def test_sql_spider_passes_the_contract_checks() -> None:
-    from skyhub.checks import check_env
+    from skyhub.eval.checks import check_env
 
     report = check_env("sql-spider", episodes=2)
     assert report.ok, str(report)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import skyhub
-from skyhub.checks import check_env
 from skyhub.envs.terminal.session import ShellSession, printable
+from skyhub.eval.checks import check_env
 
 pytestmark = pytest.mark.slow
 
