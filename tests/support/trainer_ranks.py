@@ -12,14 +12,14 @@ import torch
 
 
 def episodes(n: int = 12, seed: int = 0, vocab: int = 300) -> list[Any]:
-    """Groups of 4 episodes of mixed lengths: prompt, then 1-3 turns of agent tokens and an
-    observation (the same batch as tests/trainer/test_learner.py's)."""
-    from skyhub.trainer.rollout import Episode
+    """Groups of 4 random episodes of mixed lengths: prompt, then 1-3 turns of agent tokens and
+    an observation (the batch of the learner tests, in one process and across ranks)."""
+    from skyhub.trainer.rollout import Trajectory
 
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        e = Episode(group=i // 4, task_id=str(i), reward=float(rng.random() < 0.5))
+        e = Trajectory(group=i // 4, task_id=str(i), reward=float(rng.random() < 0.5))
         e.add([rng.randrange(6, vocab) for _ in range(rng.randint(4, 30))], agent=False)
         for _ in range(rng.randint(1, 3)):
             k = rng.randint(1, 12)

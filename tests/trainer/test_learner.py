@@ -3,7 +3,8 @@ every advantage estimator and loss option trains."""
 
 from __future__ import annotations
 
-import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,23 +12,10 @@ import torch
 from skyhub.trainer.config import AlgoConfig, OptimConfig
 from skyhub.trainer.learner import Learner
 from skyhub.trainer.packing import plan_micro_batches
-from skyhub.trainer.rollout import Episode
 from skyhub.trainer.tiny import tiny_model
 
-
-def episodes(n=12, seed=0, vocab=300):
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        e = Episode(group=i // 4, task_id=str(i), reward=float(rng.random() < 0.5))
-        e.add([rng.randrange(6, vocab) for _ in range(rng.randint(4, 30))], agent=False)
-        for _ in range(rng.randint(1, 3)):  # turns: agent tokens, then an observation
-            k = rng.randint(1, 12)
-            e.add([rng.randrange(6, vocab) for _ in range(k)], agent=True,
-                  logprobs=[-5.0] * k, versions=[0] * k)
-            e.add([rng.randrange(6, vocab) for _ in range(rng.randint(2, 8))], agent=False)
-        out.append(e)
-    return out
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from trainer_ranks import episodes
 
 
 def reference_logprobs(model, ep):
