@@ -1,7 +1,7 @@
 """skyhub's PPO/GRPO trainer (extra `train`): small modules, each readable top to bottom.
 
     rollout.py      multi-turn episodes over a VectorEnv, token-in/token-out
-    chat.py         prompt and observation tokens from the model's chat template
+    token_layout.py prompt and observation tokens from the model's chat template (two layouts)
     inference/      the LLM inference engines: hf (transformers, KV cache), vllm (AsyncLLM, live weight sync)
     algorithms.py   advantages, PPO losses, KL estimators (plain torch)
     learner.py      the PPO/GRPO step: advantages, accumulation, one rank or sharded

@@ -82,8 +82,8 @@ class HFAgent(Agent):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from skyhub.trainer.chat import ChatFormat
         from skyhub.trainer.inference import SamplingParams, make_engine
+        from skyhub.trainer.token_layout import ChatFormat
 
         model_dir, tok_dir = resolve_model_dir(path)
         from transformers.utils import logging as hf_logging

@@ -368,7 +368,7 @@ def _train_here(cfg: TrainConfig, live: bool | None) -> RunSummary:
 
 def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     from skyhub.trainer import dist as D
-    from skyhub.trainer.chat import ChatFormat
+    from skyhub.trainer.token_layout import ChatFormat
     from skyhub.trainer.learner import Learner
     from skyhub.trainer.policy import compute_dtype
     from skyhub.trainer.rollout import norm_len

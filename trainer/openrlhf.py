@@ -63,7 +63,7 @@ from skyhub.errors import InfraError, SandboxUnavailable, UsageError
 _log = logging.getLogger("skyhub.trainer.openrlhf")
 
 
-LAYOUTS = ("user-turns", "assistant-message")  # as skyhub.trainer.chat.LAYOUTS (no torch)
+LAYOUTS = ("user-turns", "assistant-message")  # as skyhub.trainer.token_layout.LAYOUTS (no torch)
 
 
 def make_label(env_id: str, task_id: str, env_kwargs: dict[str, Any] | None = None, *,
@@ -160,7 +160,7 @@ def _chat_format(tokenizer: Any) -> Any:
         return None
     key = (type(tokenizer).__name__, str(template))
     if key not in _FORMATS:
-        from skyhub.trainer.chat import ChatFormat
+        from skyhub.trainer.token_layout import ChatFormat
 
         try:
             _FORMATS[key] = ChatFormat(tokenizer)

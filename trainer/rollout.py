@@ -5,7 +5,7 @@ sampled (loss mask 1, with the engine's logprob and the policy version of each) 
 observation (loss mask 0). The learner trains on exactly this sequence; nothing is
 re-tokenized from decoded text.
 
-Where the observation goes is `RolloutConfig.chat_layout` (see `skyhub.trainer.chat`):
+Where the observation goes is `RolloutConfig.chat_layout` (see `skyhub.trainer.token_layout`):
 `user-turns` makes it the next user turn; `assistant-message` (SkyRL-SQL's layout, skyrl-train's
 `use_conversation_multi_turn=false`) appends its own tokens to the agent's message, so the
 episode is one assistant message. In that layout, as skyrl-train's generator does, an EOS the
@@ -52,9 +52,9 @@ from typing import Any
 
 from skyhub.chat import Episode as Transcript
 from skyhub.errors import UsageError
-from skyhub.trainer.chat import LAYOUTS, ChatFormat
 from skyhub.trainer.config import RolloutConfig  # one definition: a recipe's `rollout:`
 from skyhub.trainer.inference import Completion, Engine, SamplingParams, submitter
+from skyhub.trainer.token_layout import LAYOUTS, ChatFormat
 
 log = logging.getLogger(__name__)
 

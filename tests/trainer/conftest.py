@@ -38,6 +38,6 @@ def model(tokenizer):
 
 @pytest.fixture
 def chat(tokenizer):
-    from skyhub.trainer.chat import ChatFormat
+    from skyhub.trainer.token_layout import ChatFormat
 
     return ChatFormat(tokenizer)

@@ -23,12 +23,12 @@ import torch
 import skyhub
 from skyhub.errors import UsageError
 from skyhub.trainer import openrlhf as adapter
-from skyhub.trainer.chat import ChatFormat
 from skyhub.trainer.config import AlgoConfig, OptimConfig, load_config
 from skyhub.trainer.inference import Completion
 from skyhub.trainer.inference.hf import HFEngine
 from skyhub.trainer.learner import Learner
 from skyhub.trainer.rollout import Rollout, RolloutConfig
+from skyhub.trainer.token_layout import ChatFormat
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

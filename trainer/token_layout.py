@@ -1,5 +1,6 @@
-"""Conversations as token ids: the prompt of an episode, and each env observation as the
-tokens that follow the agent's turn.
+"""Token layout: conversations as token ids, the prompt of an episode, and each env
+observation as the tokens that follow the agent's turn (not `skyhub.chat`, which holds the
+conversation as text).
 
 Token-in/token-out means the learner trains on exactly the tokens the engine sampled, with the
 env's replies tokenized once and appended, never on a re-tokenization of the decoded
