@@ -43,7 +43,7 @@ def micro_batch(tokens: int, vocab: int, row: int = 512) -> tuple[Any, Any]:
 
 
 def peak_bytes(fn: Any) -> float:
-    from skyhub.trainer.memory import measure_peak
+    from skyhub.trainer.model_memory import measure_peak
 
     fn()  # warm-up
     return min(measure_peak(fn)[1] for _ in range(2))

@@ -37,7 +37,7 @@ TINY = dict(vocab=512, hidden=64, layers=2, heads=4, kv_heads=2, intermediate=12
 
 def shapes(tiny: bool) -> dict[str, tuple[dict[str, Any], int]]:
     """name -> (shape, sequences per step by default)."""
-    from skyhub.trainer.memory import KNOWN
+    from skyhub.trainer.model_memory import KNOWN
 
     if tiny:
         return {"tiny": (TINY, 4)}
@@ -60,7 +60,7 @@ def qwen_config(shape: dict[str, Any], layers: int) -> Any:
 def fitting_layers(shape: dict[str, Any], memory: float, tokens: int, seq: int) -> int:
     """All the shape's layers if the dry run's estimate fits `memory` (with 10% to spare),
     else as many as do."""
-    from skyhub.trainer.memory import ModelShape, learner_estimate
+    from skyhub.trainer.model_memory import ModelShape, learner_estimate
     from skyhub.trainer.policy import default_chunk
 
     def peak(layers: int) -> float:
@@ -120,7 +120,7 @@ def flops_per_token(config: Any, params: int, seq: int) -> float:
 def timed(fn: Any, repeats: int, module: Any, opt: Any) -> tuple[float, float]:
     """(best seconds of `repeats` runs of `fn` after a warm-up, the peak of the bytes
     allocated in any of them, counting what `module` and `opt` hold when one starts)."""
-    from skyhub.trainer.memory import measure_peak, tensor_bytes
+    from skyhub.trainer.model_memory import measure_peak, tensor_bytes
 
     fn()  # warm-up: the allocator, kernels, AdamW's state
     best, peak = float("inf"), 0.0
@@ -211,7 +211,7 @@ def run_shape(name: str, shape: dict[str, Any], args: Any, device: Any, memory: 
               ) -> dict[str, Any]:
     import torch
 
-    from skyhub.trainer.memory import ModelShape, learner_estimate
+    from skyhub.trainer.model_memory import ModelShape, learner_estimate
     from skyhub.trainer.policy import default_chunk
 
     tokens = args.batch * args.seq

@@ -2,7 +2,7 @@
 
     rollout.py      multi-turn episodes over a VectorEnv, token-in/token-out
     token_layout.py prompt and observation tokens from the model's chat template (two layouts)
-    inference/      the LLM inference engines: hf (transformers, KV cache), vllm (AsyncLLM, live weight sync)
+    inference/      the LLM inference engines: hf (transformers), vllm (AsyncLLM, weight sync)
     algorithms.py   advantages, PPO losses, KL estimators (plain torch)
     learner.py      the PPO/GRPO step: advantages, accumulation, one rank or sharded
     policy.py       float32 masters, bf16 compute, chunked logprobs, FSDP2 sharding

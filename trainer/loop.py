@@ -301,7 +301,8 @@ def train(cfg: TrainConfig, *, live: bool | None = None) -> RunSummary:
     d = cfg.dist
     _check_gpus(d.learner_ranks // d.nnodes)
     if d.nnodes == 1:  # what the user can fix fails here, before any rank starts
-        from skyhub.trainer.placement import check_rollout_settings, run_plan
+        from skyhub.trainer.memory import run_plan
+        from skyhub.trainer.placement import check_rollout_settings
 
         _env_facts(cfg.env.id, cfg.env.kwargs)
         check_rollout_settings(cfg)
@@ -386,7 +387,8 @@ def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     if cfg.env.eval_id and cfg.loop.eval_every > 0 and cfg.loop.eval_tasks != 0:
         _env_facts(cfg.env.eval_id, cfg.env.eval_kwargs, "env.eval_kwargs")  # its data too
     r = cfg.rollout
-    from skyhub.trainer.placement import check_rollout_settings, run_plan
+    from skyhub.trainer.memory import run_plan
+    from skyhub.trainer.placement import check_rollout_settings
 
     check_rollout_settings(cfg)
     plan = run_plan(cfg) if r.engine == "vllm" else None  # a misfit is refused here
@@ -426,7 +428,7 @@ def _run(cfg: TrainConfig, live: bool | None, t_start: float, learner: Any, mode
     import skyhub
     from skyhub.trainer import dist as D
     from skyhub.trainer.inference import make_engine
-    from skyhub.trainer.placement import build_engines
+    from skyhub.trainer.inference.startup import build_engines
     from skyhub.trainer.rollout import Rollout
     from skyhub.trainer.run_log import RunLog
 

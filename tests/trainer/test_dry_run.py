@@ -13,14 +13,13 @@ import torch
 from skyhub.errors import UsageError
 from skyhub.trainer.config import AlgoConfig, OptimConfig, load_config
 from skyhub.trainer.learner import Learner
-from skyhub.trainer.memory import (
+from skyhub.trainer.memory import parse_devices, placement
+from skyhub.trainer.model_memory import (
     KNOWN,
     GiB,
     ModelShape,
     learner_estimate,
     measure_peak,
-    parse_devices,
-    placement,
     tensor_bytes,
 )
 from skyhub.trainer.rollout import Episode

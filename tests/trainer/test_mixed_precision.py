@@ -12,7 +12,7 @@ import torch
 from skyhub.trainer.config import AlgoConfig, OptimConfig, load_config
 from skyhub.trainer.learner import Learner
 from skyhub.trainer.loop import train
-from skyhub.trainer.memory import measure_peak
+from skyhub.trainer.model_memory import measure_peak
 from skyhub.trainer.policy import chunked_logprobs
 from skyhub.trainer.rollout import Episode
 from skyhub.trainer.tiny import tiny_model

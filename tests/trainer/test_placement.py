@@ -19,7 +19,8 @@ from skyhub.errors import UsageError
 from skyhub.trainer.config import load_config
 from skyhub.trainer.inference import Completion, SamplingParams
 from skyhub.trainer.inference.pool import EnginePool
-from skyhub.trainer.memory import GiB, parse_devices
+from skyhub.trainer.memory import parse_devices
+from skyhub.trainer.model_memory import GiB
 from skyhub.trainer.placement import EngineSlot, rollout_plan
 
 
@@ -304,7 +305,7 @@ def test_the_loop_sleeps_trains_wakes_then_syncs_colocated_engines(tmp_path, mon
     """Stand-in vLLM engines (at the boundary: an HF engine generates; sleep and wake are
     recorded), placed as a 2-GPU plan: two engines colocated with two learner GPUs, or one
     engine on the GPU a one-rank learner leaves (split: nothing sleeps)."""
-    from skyhub.trainer import loop, placement
+    from skyhub.trainer import loop, memory
     from skyhub.trainer.inference import hf as hf_module
     from skyhub.trainer.learner import Learner
 
@@ -368,9 +369,9 @@ def test_the_loop_sleeps_trains_wakes_then_syncs_colocated_engines(tmp_path, mon
                                 recipe="tiny-cpu"),
                             parse_devices("2x80GB"),
                             learner_resident=1 * GiB, learner_peak=2 * GiB)
-    monkeypatch.setattr(placement, "run_plan", lambda c: gpu_plan)
+    monkeypatch.setattr(memory, "run_plan", lambda c: gpu_plan)
     monkeypatch.setattr(loop, "_check_vllm", lambda: None)
-    monkeypatch.setattr("skyhub.trainer.inference.make_engine", make_engine)
+    monkeypatch.setattr("skyhub.trainer.inference.startup.make_engine", make_engine)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     train_step = Learner.train_step
 
@@ -470,7 +471,7 @@ def _scripted_factory():
 def test_engines_on_other_nodes_are_ray_actors_holding_their_own_gpus(ray_with_gpus):
     import torch
 
-    from skyhub.trainer.placement import start_ray_engines
+    from skyhub.trainer.inference.startup import start_ray_engines
 
     ray = ray_with_gpus
     plan = rollout_plan(cfg("dist.nnodes=2", "dist.learner_ranks=16"), parse_devices("8x80GB"))
@@ -501,7 +502,7 @@ def test_engines_on_other_nodes_are_ray_actors_holding_their_own_gpus(ray_with_g
 
 
 def test_ray_placing_a_split_engine_on_a_learner_gpu_is_refused(ray_with_gpus):
-    from skyhub.trainer.placement import start_ray_engines
+    from skyhub.trainer.inference.startup import start_ray_engines
 
     ray = ray_with_gpus
     plan = rollout_plan(cfg("dist.nnodes=2", "dist.learner_ranks=12", "dist.rollout_layout=split",

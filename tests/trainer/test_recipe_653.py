@@ -72,16 +72,15 @@ def test_the_recipe_takes_60_steps_over_653_tasks_as_skyrl_sql_does():
 
 
 def test_the_recipes_vllm_arguments_reach_every_engine(monkeypatch):
-    from skyhub.trainer import inference
+    from skyhub.trainer.inference import startup
     from skyhub.trainer.memory import parse_devices, placement
-    from skyhub.trainer.placement import build_engines
 
     cfg = load_config("sql-grpo-653")
     plan = placement(cfg, parse_devices("8x80GB")).rollout_plan
     made = []
-    monkeypatch.setattr(inference, "make_engine",
+    monkeypatch.setattr(startup, "make_engine",
                         lambda kind, model, tok, **kw: made.append((kind, kw)) or object())
-    build_engines(plan, None, None, seed=cfg.loop.seed, **cfg.rollout.engine_kwargs)
+    startup.build_engines(plan, None, None, seed=cfg.loop.seed, **cfg.rollout.engine_kwargs)
     assert len(made) == 2
     for kind, kw in made:
         assert kind == "vllm"

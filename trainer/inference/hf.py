@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from skyhub.errors import UsageError
-from skyhub.trainer.inference import Completion, SamplingParams
+from skyhub.trainer.inference.engine import Completion, SamplingParams
 
 
 @dataclass(eq=False)  # compared by identity (fields hold tensors)

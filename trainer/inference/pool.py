@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from skyhub.errors import UsageError
-from skyhub.trainer.inference import Completion, SamplingParams, submitter
+from skyhub.trainer.inference.engine import Completion, SamplingParams, submitter
 
 if TYPE_CHECKING:
     from torch import Tensor

