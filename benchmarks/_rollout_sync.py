@@ -21,8 +21,8 @@ alternating (the same machine load for both), best kept:
     without vLLM's layerwise load and repacking (which both share): the file path's
     serialising + writing + reading back every tensor (safetensors' `get_tensor`, what vLLM's
     loader does) into a preallocated copy of the model, against the memory path's copy into
-    the shared buffers and from there into the same copy (our `_MemorySender` /
-    `_MemoryReceiver`, with the RPC replaced by a direct call).
+    the shared buffers and from there into the same copy (our `MemorySender` /
+    `MemoryReceiver`, with the RPC replaced by a direct call).
 
 What (b) shows on this machine: the two are close, either ahead from one run to the next on a
 shared 2-core machine. With the file read back at once from the page cache, both are two
@@ -83,7 +83,8 @@ def transport_only(model: Any, repeats: int) -> dict[str, float]:
     import torch
     from safetensors import safe_open
 
-    from skyhub.trainer.inference.vllm import VLLMEngine, _MemoryReceiver, _MemorySender
+    from skyhub.trainer.inference.vllm import VLLMEngine
+    from skyhub.trainer.inference.vllm_memory import MemoryReceiver, MemorySender
 
     state = model.state_dict()
     params = {name: torch.empty_like(t) for name, t in state.items()}
@@ -99,7 +100,7 @@ def transport_only(model: Any, repeats: int) -> dict[str, float]:
         for name, t in weights:
             params[name].copy_(t)
 
-    receiver = _MemoryReceiver.__new__(_MemoryReceiver)  # the worker side, minus vLLM's
+    receiver = MemoryReceiver.__new__(MemoryReceiver)  # the worker side, minus vLLM's
     receiver._maps = {}                                    # config and model
     receiver.model = SimpleNamespace(load_weights=load)
 
@@ -115,7 +116,7 @@ def transport_only(model: Any, repeats: int) -> dict[str, float]:
         def __iter__(self) -> Any:
             return iter(state.items())
 
-    sender = _MemorySender(client=Client(), source=Source(), bucket_bytes=256 << 20)
+    sender = MemorySender(client=Client(), source=Source(), bucket_bytes=256 << 20)
     file_s, memory_s = [], []
     try:
         for _ in range(repeats):  # alternating, so both see the same machine load
