@@ -1,4 +1,4 @@
-"""What a user sees first (issue 23, item 9): help without type noise, tables that fit 80
+"""What a user sees first: help without type noise, tables that fit 80
 columns, data errors that say what is missing."""
 
 from __future__ import annotations

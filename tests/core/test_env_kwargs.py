@@ -1,4 +1,4 @@
-"""Env kwargs are validated against what the env accepts (issue 23, item 4): an unknown kwarg
+"""Env kwargs are validated against what the env accepts: an unknown kwarg
 is a UsageError with "did you mean", a value of the wrong type names the expected type, and
 `skyhub info` lists the kwargs. Envs whose `__init__` forwards `**kwargs` are followed to the
 real signatures (super().__init__, a loader, a dispatch table); where they cannot be followed,
@@ -149,7 +149,7 @@ def test_cli_info_lists_kwargs_and_eval_play_refuse_a_misspelled_one(tmp_path) -
 
 
 class RenamedKwargs(TextEnv):
-    """Took `timeout` and `data`; now `step_timeout_s` and `data_dir` (issue 19, item 6)."""
+    """Took `timeout` and `data`; now `step_timeout_s` and `data_dir`."""
 
     from skyhub.deprecation import renamed_kwargs
 

@@ -245,7 +245,7 @@ def test_string_matches_are_spans_of_the_input(text: str) -> None:
 
 
 def test_the_old_module_path_still_imports() -> None:
-    """`skyhub.protocol` was `skyhub.tags`'s old name (issue 19); it re-exports it."""
+    """`skyhub.protocol` was `skyhub.tags`'s old name; it re-exports it."""
     import skyhub
     from skyhub import protocol, tags
 

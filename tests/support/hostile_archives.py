@@ -1,5 +1,5 @@
-"""Hostile tar archives and the check that an extraction stayed in its destination (issue
-28, findings 4 and 11): shared by the sandbox backends' download tests."""
+"""Hostile tar archives and the check that an extraction stayed in its destination :
+shared by the sandbox backends' download tests."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ def test_the_dry_run_plans_node_0s_host_memory_beside_the_gpus():
     parts = dict(host.parts)
     p = plan.shape.params
     # 7B: rank 0's float32 copy and the gathered state dict 4P each, two sleeping engines'
-    # bf16 weights 2P each (the issue's ~85 GiB), plus each process's runtime
+    # bf16 weights 2P each (~85 GiB of host memory in all), plus each process's runtime
     assert parts["rank 0's float32 copy"] == parts["gathered state dict"] == 4 * p
     assert parts["2 sleeping engines' weights"] == 2 * 2 * p
     assert 80 * GiB < host.total - parts["runtimes (16 processes)"] < 90 * GiB

@@ -147,7 +147,7 @@ def test_the_kv_cache_reaches_older_forward_signatures(model, tokenizer, chat):
     assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5)
 
 
-# ---------------------------------------------------------------- per-request serving (issue 21)
+# --------------------------------------------------------------------------- per-request serving
 def _counting(engine):
     """Count the engine's forward passes (decoding steps), to wait on steps, not on time."""
     steps = []
@@ -255,7 +255,7 @@ def test_a_failing_forward_fails_its_requests_and_the_engine_goes_on(model, toke
 def test_on_a_gpu_only_token_ids_and_logprobs_leave_the_device(model, tokenizer, chat,
                                                                monkeypatch):
     """Sampling and logprobs on the model's device: every device-to-host copy the engine
-    makes during decoding is at most two numbers per row (issue 21, item 4)."""
+    makes during decoding is at most two numbers per row."""
     import copy
 
     engine = HFEngine(copy.deepcopy(model).cuda(), tokenizer)  # `model` stays on the CPU

@@ -1,4 +1,4 @@
-"""`skyhub tinker serve` against a hostile client (issue 22): huge bodies, another client's
+"""`skyhub tinker serve` against a hostile client: huge bodies, another client's
 ids, sessions that create models without end. The attacker speaks plain HTTP (httpx) to a
 real server on 127.0.0.1; the victim is the official SDK. One small server (a tiny random
 model on the CPU) serves the module; bodies are capped at 1 MiB there so the attacks stay

@@ -1,4 +1,4 @@
-"""How a mini-batch is split does not change the learner's step (issue 29, item 1): one
+"""How a mini-batch is split does not change the learner's step: one
 micro-batch, many packed 60-token micro-batches, padded micro-batches and 2 FSDP ranks give the
 same gradient within 1e-6, for every aggregation with the KL term on (k1 and k3), TIS and dual
 clip on, and for the critic's value loss (GAE, single rank: the critic is not sharded).

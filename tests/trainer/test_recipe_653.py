@@ -57,7 +57,7 @@ def test_every_skyhub_value_in_the_readme_table_is_the_recipes():
                 f"{setting}: README says {key}={want!r}, the recipe has {got!r}")
             checked += 1
     assert checked >= 40
-    # the rows, each in the table
+    # the settings the recipe is known by, each a row of the table
     settings = {s for s, _, _ in rows}
     for name in ("loss aggregation", "TIS", "weight decay", "steps", "seed", "prompt filter",
                  "evaluation", "vLLM engine", "checkpoints"):

@@ -401,7 +401,7 @@ def test_policy_loss(ref, aggregation, dual, tis, case, reference):
 
 
 def test_log_ratio_clamp_is_what_the_references_do(ref):
-    """Issue 29 item 2: above a log-ratio of 20 without dual clip the unclamped loss is
+    """The log-ratio clamp: above a log-ratio of 20 without dual clip the unclamped loss is
     e^(log-ratio - 20) times the references'; the clamped one equals theirs (tested above)."""
     b = batch("log-ratio-above-20")
     loss, _ = A.policy_loss(b.logp, b.old, -b.adv.abs(), b.mask)
@@ -459,8 +459,8 @@ def kl_loss_params():
 
 @pytest.mark.parametrize(("kind", "aggregation", "case"), list(kl_loss_params()))
 def test_kl_loss_is_aggregated_as_the_policy_loss(ref, kind, aggregation, case):
-    """The KL term as the learner builds it (estimate, then the policy's aggregation: issue 29
-    item 1) against OpenRLHF's actor (`aggregate_loss(compute_approx_kl(...))`) for its two
+    """The KL term as the learner builds it (estimate, then the same aggregation as the
+    policy loss) against OpenRLHF's actor (`aggregate_loss(compute_approx_kl(...))`) for its two
     reductions and SkyRL's `reduce_loss` of OpenRLHF's estimate for the others."""
     b = batch(case)
 
@@ -625,8 +625,8 @@ def test_a_learner_step_equals_the_reference_losses_on_padded_episodes(ref, lear
 
 
 def test_the_learner_whitens_reinforce_pp_over_tokens_as_openrlhf(ref):
-    """Issue 29 item 3: the learner passed no mask, so it whitened over episodes (0.24 from
-    OpenRLHF on episodes of different lengths)."""
+    """REINFORCE++ advantages are whitened over the masked tokens: without the mask the
+    learner whitened over episodes (0.24 from OpenRLHF on episodes of different lengths)."""
     from trainer_ranks import episodes
 
     from skyhub.trainer.config import AlgoConfig, OptimConfig

@@ -1,4 +1,4 @@
-"""Request-level rollout (issue 21): each episode alternates generate -> env step on its own,
+"""Request-level rollout: each episode alternates generate -> env step on its own,
 all of a step's episodes may be in flight even with fewer envs, and the results are the old
 batch-barrier rollout's.
 

@@ -1,5 +1,5 @@
 """What a training run logs: TensorBoard tags in groups, sample episodes as text, curves of
-the figures people look for (issue 23, item 6)."""
+the figures people look for."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`loop.save_episodes`: a training run's episodes in the eval schema, which `skyhub replay`
-plays again identically and `skyhub view` reads (issues 23 item 6, 24 item 3)."""
+plays again identically and `skyhub view` reads."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`skyhub train --env ID`: the user's own env in one flag; a run directory is never mixed
-with another run; data errors name the train override (issue 23, items 5, 6 and 9)."""
+with another run; data errors name the train override."""
 
 from __future__ import annotations
 

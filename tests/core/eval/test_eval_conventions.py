@@ -1,4 +1,4 @@
-"""Evaluation conventions (issue 23, item 7): a required agent, attempts and pass@k, a spread
+"""Evaluation conventions: a required agent, attempts and pass@k, a spread
 sample, package folders, what run.json records, hf:PATH and the random agent's source."""
 
 from __future__ import annotations

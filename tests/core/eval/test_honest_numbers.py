@@ -1,4 +1,4 @@
-"""Numbers that mean what they say (issue 23, items 2 and 3): the interval beside accuracy is
+"""Numbers that mean what they say: the interval beside accuracy is
 accuracy's (Wilson over successes), mean reward has its own; no NaN/Infinity in any JSON a run
 writes; a run with no scored episode exits non-zero; a dead endpoint stops the run at once
 with the fix instead of recording every episode as an infra error."""

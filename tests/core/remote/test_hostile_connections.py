@@ -1,4 +1,4 @@
-"""`skyhub serve` against a flood of half-sent requests (issue 28, finding 10).
+"""`skyhub serve` against a flood of half-sent requests.
 
 The attack: ~20k connections that each send part of a request head and then nothing. Each
 held a file descriptor forever; once the process ran out, `/health` timed out, and on the

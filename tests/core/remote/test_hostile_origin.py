@@ -1,4 +1,4 @@
-"""`skyhub serve` and `skyhub view` against callers they must not answer (issue 28, finding 9).
+"""`skyhub serve` and `skyhub view` against callers they must not answer.
 
 The attack: a web page the user happens to open drives a loopback server through the user's
 browser. Cross-origin, a page may open a WebSocket to `ws://127.0.0.1:8000` (browsers allow

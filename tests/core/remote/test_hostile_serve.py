@@ -1,4 +1,4 @@
-"""`skyhub serve` against a hostile client (issue 22): everything here is an attack made from
+"""`skyhub serve` against a hostile client: everything here is an attack made from
 127.0.0.1 with a real WebSocket or HTTP client on a real uvicorn server, and the refusal the
 server must give. Bounded: a few dozen sockets at most, timeouts of a fraction of a second
 where the attack is waiting, generous deadlines (polling) for everything else."""

@@ -249,7 +249,7 @@ def test_upload_and_download_trees_through_tar(sb: E2BSandbox, tmp_path: Path) -
 def test_download_extracts_a_hostile_archive_without_tarfile(
         sb: E2BSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the VM hands back is the agent's to forge: the realpath chain that fools
-    tarfile's data filter on Python 3.11.7 (issue 28, finding 4) lands nowhere outside."""
+    tarfile's data filter on Python 3.11.7 lands nowhere outside."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parents[2] / "support"))

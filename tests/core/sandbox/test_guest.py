@@ -288,7 +288,7 @@ def test_server_stops_at_end_of_input(server: subprocess.Popen) -> None:
 
 
 def test_the_old_module_path_still_imports() -> None:
-    """`skyhub.sandbox.agent` was the guest's old name (issue 19); it re-exports it."""
+    """`skyhub.sandbox.agent` was the guest's old name; it re-exports it."""
     from skyhub.sandbox import agent as old
     from skyhub.sandbox.docker_channel import AgentChannel, GuestChannel
 

@@ -1,4 +1,4 @@
-"""A hostile agent against the docker backend (issue 16): forged replies through Python
+"""A hostile agent against the docker backend: forged replies through Python
 startup hooks, state carried between leases, oversized frames, unbounded disk, reap and
 restore that a hostile tree must not stop."""
 
@@ -42,7 +42,7 @@ def foreign_image(image: str) -> Iterator[str]:
         client.images.remove(tag)
 
 
-# --------------------------------------------------- finding 3: hooks that forge the replies
+# --------------------------------------------------- hooks that forge the replies
 # A hook that rewrites every exec reply of the Python process it loads into: exit 0, "PASS".
 FORGE = (
     "import base64, json\n"
@@ -78,7 +78,7 @@ def test_python_hooks_cannot_forge_the_restarted_agents_replies(image: str, wher
         assert (r.exit_code, r.stdout) == (3, "FAIL\n")
 
 
-# ------------------------------------------- finding 5: nothing survives a restore or a lease
+# ------------------------------------------- nothing survives a restore or a lease
 # Every directory the run user can change (writable, or its own), top-most only, /proc and
 # /sys aside: what a lease must give back as it was.
 PLACES = ('find / \\( -path /proc -o -path /sys \\) -prune -o -type d '
@@ -188,7 +188,7 @@ def test_restore_gives_back_every_writable_place(request: pytest.FixtureRequest,
         assert sb.exec("echo ok").stdout == "ok\n"
 
 
-# --------------------------------------------------------------- finding 7: frame budgets
+# --------------------------------------------------------------- frame budgets
 HUGE_REPLY = (
     "import struct, sys\n"
     "sys.stdin.buffer.read(4)\n"
@@ -260,7 +260,7 @@ def test_reading_a_sparse_giant_is_a_file_error_not_a_host_allocation(image: str
         assert sb.exec("echo ok").stdout == "ok\n"
 
 
-# ----------------------------------------------------------------- finding 8: disk bounds
+# ----------------------------------------------------------------- disk bounds
 def test_writes_past_disk_mb_fail_inside_and_the_sandbox_answers(image: str) -> None:
     with DockerSandbox(memory_mb=512, disk_mb=32) as sb:
         for where in ("/work/big", "/tmp/big", "$HOME/big", "/var/tmp/big"):
@@ -290,7 +290,7 @@ def test_foreign_images_bound_each_file_by_disk_mb(foreign_image: str) -> None:
         assert sb.exec("echo ok").stdout == "ok\n"
 
 
-# ------------------------------------------------------ finding 9: reap and deep trees
+# ------------------------------------------------------ reap and deep trees
 def _orphan(image: str, pid: int) -> object:
     labels = dict(base.owner_labels(), **{base.LABEL_OWNER_PID: str(pid),
                                           base.LABEL_CREATED: "0"})

@@ -1,4 +1,4 @@
-"""Downloads from a hostile sandbox (issue 28, findings 4 and 11).
+"""Downloads from a hostile sandbox.
 
 A sandbox's tree is the agent's, and so (in a root image, or on E2B) may be the archive the
 host receives for it. Python 3.11.7's `tarfile` data filter lets a symlink chain that pushes
@@ -161,7 +161,7 @@ def test_pax_and_gnu_long_names_are_read_and_garbage_ends_the_listing() -> None:
     assert [m.name for m in members] == [long] and problems
 
 
-# ------------------------------------------------------------------------------ local (11)
+# ----------------------------------------------------------------------------------- local
 TREE = ("echo real > real.txt && ln -s real.txt ok && ln -s {secret} result.txt && "
         "ln -s /etc/shadow shadow && mkdir sub && ln -s .. sub/up && "
         "ln -s sub/up/../../../../../../../../../../../..{secret} esc && "
@@ -185,7 +185,7 @@ def test_local_download_leaves_out_links_to_host_files(bwrap: str, places: tuple
         assert not os.path.lexists(dest / name), name
 
 
-# ----------------------------------------------------------------------------- docker (4)
+# --------------------------------------------------------------------------------- docker
 @pytest.fixture(scope="module")
 def image(docker_daemon: None) -> str:
     from skyhub.sandbox import images

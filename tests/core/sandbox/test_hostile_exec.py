@@ -1,4 +1,4 @@
-"""Attacks through `exec` that every backend must hold against (issue 16): the same hostile
+"""Attacks through `exec` that every backend must hold against: the same hostile
 commands on docker and local (bubblewrap)."""
 
 from __future__ import annotations

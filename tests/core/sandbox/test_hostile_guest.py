@@ -1,6 +1,6 @@
-"""A hijacked guest and an unbounded container log (issue 28, findings 2 and 6), on Docker.
+"""A hijacked guest and an unbounded container log, on Docker.
 
-Finding 2: a command starts a detached watcher and kills the guest. The host used to restart
+Hijacked: a command starts a detached watcher and kills the guest. The host used to restart
 `python3 -I -u guest.py` in the same container, and in the milliseconds before the new guest
 turned undumpable the watcher (same uid) opened its /proc/<pid>/fd/0 and fd/1 (the host's
 request and reply pipes), stopped it and answered the host itself: forged harness verdicts
@@ -8,7 +8,7 @@ request and reply pipes), stopped it and answered the host itself: forged harnes
 episode scored 1.0 for an empty program. Now a guest never starts twice in one container:
 the container is replaced (`DockerSandbox.replaced`), and the watcher goes with it.
 
-Finding 6: a root agent writing to /proc/1/fd/1 filled the host's disk through Docker's
+The container log: a root agent writing to /proc/1/fd/1 filled the host's disk through Docker's
 json-file log (632 MB in 9 s with disk_mb=64); every sandbox container now logs nothing.
 """
 
@@ -161,7 +161,7 @@ def test_python_code_scores_an_empty_program_zero_after_a_hijack_attempt(image: 
         assert grader.replaced >= 1  # type: ignore[attr-defined]
 
 
-# -------------------------------------------------------------------------- finding 6: logs
+# -------------------------------------------------------------------------- container logs
 def test_what_pid_1_is_sent_never_reaches_the_hosts_disk(image: str) -> None:
     with DockerSandbox(image, user="0", disk_mb=64) as sb:  # root: may open /proc/1/fd/1
         r = sb.exec("head -c 200000000 /dev/zero > /proc/1/fd/1 && "

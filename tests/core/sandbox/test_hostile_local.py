@@ -1,4 +1,4 @@
-"""A hostile agent against the local (bubblewrap) backend (issue 16): a host escape through
+"""A hostile agent against the local (bubblewrap) backend: a host escape through
 restore, state carried across pool leases, oversized frames, unbounded tmpfs, deep trees that
 break cleanup, and the host's /etc."""
 

@@ -1,4 +1,4 @@
-"""A hostile agent against the local (bubblewrap) backend's memory bound (issue 28, finding 5):
+"""A hostile agent against the local (bubblewrap) backend's memory bound:
 memory RLIMIT_AS does not count (memfds filled with write(), tmpfs pages, a tmpfs mounted in a
 nested user namespace) must not let a sandbox with `memory_mb=256` hold more than that of the
 host's memory. Each attack reports how many MiB it holds after every step and says HELD when
@@ -42,7 +42,7 @@ for i in range(12):
     print(held, flush=True)
 print("HELD", flush=True)
 """
-# the issue's attack: a nested user namespace, an unsized tmpfs in it, 12 files of 127 MiB
+# the attack that got past: a nested user namespace, an unsized tmpfs in it, 12 files of 127 MiB
 NESTED_TMPFS = ("unshare -Urm sh -c 'mount -t tmpfs none /tmp || exit 3; for i in $(seq 12); "
                 "do head -c 127M /dev/zero > /tmp/f$i || exit 4; echo $((i * 127)); done; "
                 "echo HELD'")

@@ -1,4 +1,4 @@
-"""Hostile file trees against the tree functions every backend shares (issue 16): a process that
+"""Hostile file trees against the tree functions every backend shares: a process that
 keeps swapping a directory for a symlink to a host directory while the host restores, clears
 or removes the tree, and a 3,000-level directory tree, which no walk may choke on."""
 

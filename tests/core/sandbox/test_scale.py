@@ -1,4 +1,4 @@
-"""Creating many sandboxes (issue 28, Load): a Pool fills with several creations in flight,
+"""Creating many sandboxes: a Pool fills with several creations in flight,
 and a process-wide limiter spaces and caps Docker container creations. No wall-clock
 assertions: a fake clock for the token bucket, barriers and events for what is in flight."""
 

@@ -1,4 +1,4 @@
-"""`skyhub install NAME --from HUB` against a hostile package source (issue 28, finding 8).
+"""`skyhub install NAME --from HUB` against a hostile package source.
 
 The attack is dependency confusion: the user's pip is configured, as many are, with another
 source (an `extra-index-url` or `find-links` in pip.conf or in `PIP_*` variables), and that

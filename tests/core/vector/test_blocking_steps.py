@@ -1,4 +1,4 @@
-"""One slow episode never holds the others (issue 28): an env whose earlier steps were fast
+"""One slow episode never holds the others: an env whose earlier steps were fast
 was stepped inline on the VectorEnv's own thread, so a nop agent's last step ran a 600 s
 verifier there and every other episode waited (a healthcheck task got one turn in 603 s). A
 step that may block (`may_block`: the env says so, holds a sandbox, or is on its last turn)

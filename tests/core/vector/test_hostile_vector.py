@@ -1,4 +1,4 @@
-"""Issue 16, finding 11: a worker process (or Ray actor) that the VectorEnv must kill, or that
+"""A worker process (or Ray actor) that the VectorEnv must kill, or that
 dies on its own, leaves none of its env's sandboxes behind.
 
 The env (tests/support/hostile_vector_envs.py) makes a docker and a local sandbox, plus a

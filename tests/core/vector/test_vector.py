@@ -222,7 +222,7 @@ def test_crashing_env_is_reported_as_infra_error_and_recreated(executor: str) ->
 
 @pytest.mark.parametrize("how", ["task_id", "seeded"])
 def test_a_failed_reset_is_reported_for_the_task_it_was_for(executor: str, how: str) -> None:
-    """Issue 18: the infra error of a reset that failed (a task whose image does not build)
+    """The infra error of a reset that failed (a task whose image does not build)
     names that task, never the one the slot ran before."""
     import functools
 

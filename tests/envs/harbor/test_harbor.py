@@ -130,7 +130,7 @@ def test_a_test_script_that_leaves_no_usable_reward_is_a_flagged_failure(
         docker_ok: None, tmp_path: Path, test_sh: str) -> None:
     """The agent can make any test script fail to write its reward (delete what it needs,
     fill the disk), so no usable reward is scored 0, flagged, never a masked infra error
-    (hub/env.py's infra-error rule; it was an infra error before issue 16)."""
+    (hub/env.py's infra-error rule: what the agent can cause is never an infra error)."""
     with skyhub.make("harbor", data_dir=str(make_task(tmp_path, test_sh=test_sh))) as env:
         env.reset()
         _, reward, terminated, _, info = env.step("<done/>")

@@ -1,5 +1,5 @@
 """`skyhub eval run harbor data_dir=DIR --agent oracle`: a task that fails says why in one line,
-with where its logs are (issue 18, item 6)."""
+with where its logs are."""
 
 from __future__ import annotations
 

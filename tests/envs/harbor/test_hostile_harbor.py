@@ -1,4 +1,4 @@
-"""Harbor against a hostile agent (issue 16, findings 4 and 10; issue 28): a reward file the
+"""Harbor against a hostile agent: a reward file the
 agent wrote is gone before the verifier in both isolations; a daemon racing the verifier or a
 replaced bash forge the verdict under `isolation="harbor"` (Harbor's shared verifier, as
 forgeable as Harbor's own) and not under "training" (a pristine verifier container; more in
@@ -28,7 +28,7 @@ TASKS = sorted(p.name for p in EXAMPLES.iterdir() if (p / "task.toml").is_file()
 @pytest.fixture(scope="module", params=["harbor", "training"])
 def isolation(request: pytest.FixtureRequest) -> str:
     """Every attack, against both: Harbor's way (root with Docker's default capabilities,
-    the default) and skyhub's stricter training isolation (issue 18)."""
+    the default) and skyhub's stricter training isolation."""
     return str(request.param)
 
 
@@ -76,7 +76,7 @@ def test_a_reward_written_by_the_agent_is_gone_before_the_verifier(
 
 def test_a_daemon_racing_the_verifier_forges_only_under_harbor_isolation(
         examples: skyhub.TextEnv, isolation: str) -> None:
-    """Harbor's shared verifier runs beside the agent's processes (issue 28: exactly as
+    """Harbor's shared verifier runs beside the agent's processes (exactly as
     forgeable as Harbor's own shared mode); the training verifier runs in a fresh container
     of the image, where nothing of the agent's runs."""
     daemon = ("while :; do if [ -e /tests/test.sh ]; then for i in $(seq 400); do "
@@ -130,7 +130,7 @@ def test_the_oracle_still_scores_one_after_the_hardening(examples: skyhub.TextEn
         assert "sandbox_broken" not in info
 
 
-# ---------------------------------------------------------------- who is to blame (finding 10)
+# ----------------------------------------------------------------------------- who is to blame
 TOML = """version = "1.0"
 [verifier]
 timeout_sec = 60.0

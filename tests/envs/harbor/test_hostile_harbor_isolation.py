@@ -1,4 +1,4 @@
-"""Harbor's two faces (issue 28, findings 1 and 7; issue 32, item 1).
+"""Harbor's two faces: the verdict under each isolation, and whose a verifier timeout is.
 
 `isolation="training"` computes the verdict in a fresh container of the task's image holding
 the agent's results as data: an NSS module, a replaced bash or python3, a forged reward file
@@ -42,7 +42,7 @@ __attribute__((constructor)) static void forge(void) {
 
 @pytest.fixture(scope="session")
 def nss_module(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """A glibc NSS module whose constructor writes reward 1 and exits 0 (finding 1)."""
+    """A glibc NSS module whose constructor writes reward 1 and exits 0."""
     d = tmp_path_factory.mktemp("nss")
     (d / "forge.c").write_text(FORGE_C)
     subprocess.run(["gcc", "-shared", "-fPIC", "-Os", "-s", "-o", str(d / "m.so"),
@@ -211,7 +211,7 @@ def server_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_solution_started_server_is_there_for_the_tests_under_harbor(
         docker_daemon: None, server_task: Path) -> None:
-    """Issue 32, item 1: Harbor leaves the agent's processes running for test.sh."""
+    """As in Harbor, Harbor's isolation leaves the agent's processes running for test.sh."""
     with skyhub.make("harbor", data_dir=str(server_task), isolation="harbor") as env:
         reward, info = oracle(env)
         assert forged(reward, info), info
@@ -247,7 +247,7 @@ def test_a_replaced_python_forges_only_under_harbor(docker_daemon: None, tmp_pat
     assert (forged if isolation == "harbor" else failed)(reward, info), info
 
 
-# ------------------------------------------------------------ finding 7: whose timeout
+# ------------------------------------------------------------ whose timeout
 GZIP_CHECK = """#!/bin/bash
 if gzip -t /app/out.gz; then echo 1 > /logs/verifier/reward.txt
 else echo 0 > /logs/verifier/reward.txt; fi

@@ -1,4 +1,4 @@
-"""The python family against a hostile agent (issue 16): forged rewards in python-code's
+"""The python family against a hostile agent: forged rewards in python-code's
 grader, processes and IPython files that would outlive a reset, symbolic answers that would
 hang python-math's grader, a bridge that answers with a huge frame, who is to blame when the
 sandbox breaks, and the runtime dirs a process leaves behind. Local (bubblewrap) and Docker.
@@ -229,7 +229,7 @@ def test_the_references_still_pass_every_task(grader: Any) -> None:
     assert not failed
 
 
-# ------------------------------------------ the grader's blame: program-broken vs infra (10)
+# ----------------------------------------------- the grader's blame: program-broken vs infra
 ADD_TESTS = {"kind": "asserts", "setup": "",
              "asserts": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]}
 BREAKERS = {
@@ -494,7 +494,7 @@ def test_a_kernel_sandbox_gone_from_outside_is_an_infra_error(backend: str) -> N
         assert done and info["infra_error"] is True and reward == 0.0, info
 
 
-# ------------------------------------------------------- answers that would hang grading (6)
+# ----------------------------------------------------------- answers that would hang grading
 def bounded(fn: Any, timeout: float = 120.0) -> Any:
     """`fn()`'s value, failing the test if it does not return within `timeout` s (a hang
     detector, not a speed test: the budgets under test are far smaller)."""
@@ -562,7 +562,7 @@ def test_python_math_scores_a_hanging_answer_zero_not_infra() -> None:
         env.close()
 
 
-# ------------------------------------------------------------ runtime dirs do not leak (11)
+# ----------------------------------------------------------------- runtime dirs do not leak
 def test_runtime_dirs_are_removed_at_exit_and_reaped_after_a_crash(bwrap: str) -> None:
     from skyhub.envs.python.runtime import RUNTIME_PREFIX
     from skyhub.sandbox.local_scratch import make_base

@@ -1,5 +1,5 @@
-"""python-code: the tests' names for modules come by import, never from the program (issue
-28, finding 13). MBPP tests use `math` without importing it (the original harness ran them in
+"""python-code: the tests' names for modules come by import, never from the program.
+MBPP tests use `math` without importing it (the original harness ran them in
 the program's namespace); a program that bound `math` to a fake whose methods say yes passed
 them. Run on every backend the grader runs on."""
 

@@ -1,4 +1,4 @@
-"""A hostile agent against the SQL engines (issue 16, findings 6 and 12): queries that cost the
+"""A hostile agent against the SQL engines: queries that cost the
 host memory or time past the engine's limits, and PostgreSQL session state and catalogs that
 reach past the episode.
 
@@ -79,7 +79,7 @@ def _attack(engine: str, sql: str, *, max_rows: int = 100_000, bound_s: float = 
     return out
 
 
-# 20 rows of a value far past any budget (the issue's repro: 4 GB into the host in 10.9 s)
+# 20 rows of a value far past any budget (unbounded, it put 4 GB into the host in 10.9 s)
 ROWS20 = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20) "
 
 

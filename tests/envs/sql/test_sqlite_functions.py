@@ -1,5 +1,5 @@
-"""SQLite runs in the host process, so its SQL functions are an allowlist (issue 28, finding
-12): `fts3_tokenizer()` leaked a pointer into libsqlite3 (and with two arguments installs a
+"""SQLite runs in the host process, so its SQL functions are an allowlist:
+`fts3_tokenizer()` leaked a pointer into libsqlite3 (and with two arguments installs a
 tokenizer at any address). Refused functions are observations; every gold query (and every
 prediction of the official-verdict set) of the bundled Spider dev subset still runs."""
 

@@ -1,12 +1,12 @@
-"""The terminal verifier against ptrace, and long commands (issue 28, findings 3 and 14).
+"""The terminal verifier against ptrace, and long commands.
 
-Finding 3: the verifier ran the agent's script beside its own shell, as the same uid, and the
+ptrace: the verifier ran the agent's script beside its own shell, as the same uid, and the
 script `PTRACE_ATTACH`ed the verifier's `bash -c` and rewrote its next syscall to
 `exit_group(0)`: reward 1.0 for a task the agent never did. Sandboxes now deny ptrace and
 process_vm_* (`skyhub.sandbox.seccomp`), so the same attack scores 0; the attack itself is
 checked to work against an unsandboxed bash on this host, so the 0 is the sandbox's doing.
 
-Finding 14: a command over ~3 KB lost the end of its line in the terminal (canonical mode
+Long commands: a command over ~3 KB lost the end of its line in the terminal (canonical mode
 keeps 4095 characters of a line); long commands now go in as short lines.
 """
 
@@ -159,7 +159,7 @@ def test_ptrace_of_the_agents_own_process_is_refused(shell: ShellSession) -> Non
     assert "process_vm_writev -1 errno 1" in lines, r.output
 
 
-# ---------------------------------------------------------------- long commands (14)
+# --------------------------------------------------------------------- long commands
 @pytest.mark.parametrize("size", [3 << 10, 8 << 10, 64 << 10])
 def test_long_commands_arrive_whole(shell: ShellSession, size: int) -> None:
     rng = random.Random(size)

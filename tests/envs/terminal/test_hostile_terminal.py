@@ -1,4 +1,4 @@
-"""The terminal family against a hostile agent (issue 16, findings 10 and 12): a command
+"""The terminal family against a hostile agent: a command
 cannot learn its end marker's nonce and fake its exit status or cut its output short; a turn
 cannot run unbounded tool calls; what the agent breaks is its failure and what the host side
 breaks (the container killed, the in-container agent killed) is not held against it."""
@@ -17,7 +17,7 @@ from skyhub.envs.terminal.session import ShellSession
 pytestmark = [pytest.mark.hostile, pytest.mark.slow]
 
 
-# ------------------------------------------------------------------- the end marker (12)
+# ------------------------------------------------------------------------ the end marker
 FORGE = """leak=$( {{ {leak}; }} 2>/dev/null | tr -d '\\0' )
 for n in $(printf '%s\\n' "$leak" | grep -aoE '[0-9a-f]{{12,}}' | sort -u | head -100); do
   for c in "$n" "${{n#036}}" "${{n: -16}}" "${{n:0:16}}" "${{n: -12}}" "${{n:0:12}}"; do
@@ -54,7 +54,7 @@ def test_a_command_cannot_forge_its_end_marker(shell: ShellSession, prep: str,
     assert shell.run("echo next; pwd").output.split() == ["next", shell.sandbox.workdir]
 
 
-# ------------------------------------------------------------------ bounded turns (10)
+# ----------------------------------------------------------------------- bounded turns
 def tool_calls(commands: list[str]) -> str:
     import json
 
