@@ -321,7 +321,7 @@ def device_sampling(device: str = "cuda", rows: int = 64, vocab: int = 151_936,
     """The HF engine's per-step sampling on `device` (`_sample`: temperature, top-p,
     per-row generators, logprobs; then the one host copy of ids and logprobs) against what
     it did before: the full-vocabulary log-softmax copied to the host and sampled there.
-    For `benchmarks/trainer_gpu.py` on a GPU; on a CPU both do the same
+    For `benchmarks/trainer_gpu.py` on a GPU (issue 21, item 4); on a CPU both do the same
     work, so there the ratio says nothing."""
     import torch
 

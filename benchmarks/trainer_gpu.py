@@ -94,12 +94,12 @@ def random_model(config: Any, device: Any) -> Any:
 
 def batch(vocab: int, n: int, seq: int) -> list[Any]:
     """n episodes of `seq` tokens, the second half the agent's, in groups of 4."""
-    from skyhub.trainer.rollout import Episode
+    from skyhub.trainer.rollout import Trajectory
 
     rng = random.Random(0)
     out = []
     for i in range(n):
-        ep = Episode(group=i // 4, task_id=str(i), reward=float(rng.random() < 0.5))
+        ep = Trajectory(group=i // 4, task_id=str(i), reward=float(rng.random() < 0.5))
         ep.add([rng.randrange(vocab) for _ in range(seq // 2)], agent=False)
         k = seq - seq // 2
         ep.add([rng.randrange(vocab) for _ in range(k)], agent=True, logprobs=[-5.0] * k,

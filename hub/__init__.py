@@ -35,7 +35,7 @@ _LAZY = {
     "to_messages": "skyhub.chat",
     "UnicodeText": "skyhub.spaces",
 }
-_LAZY_MODULES = {"tags", "protocol", "chat", "registry", "vector", "spaces", "env",
+_LAZY_MODULES = {"tags", "chat", "registry", "vector", "spaces", "env",
                  "sandbox", "envs", "trainer"}
 
 if TYPE_CHECKING:

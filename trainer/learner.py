@@ -50,8 +50,7 @@ from skyhub.trainer.policy import (
     logprob_gap,
     shard_policy,
 )
-from skyhub.trainer.policy import token_logprobs as token_logprobs  # its old home
-from skyhub.trainer.rollout import Episode
+from skyhub.trainer.rollout import Trajectory
 
 ESTIMATORS = {"grpo": A.grpo_advantages, "dr_grpo": A.dr_grpo_advantages,
               "rloo": A.rloo_advantages}  # per group; reinforce++ and gae: over the batch
@@ -129,7 +128,7 @@ class Learner:
         return self._forward(model, mb)[0]
 
     @torch.no_grad()
-    def logprobs(self, episodes: list[Episode], model: Any = None) -> list[Tensor]:
+    def logprobs(self, episodes: list[Trajectory], model: Any = None) -> list[Tensor]:
         """The learner's logprobs of every episode's tokens (aligned with token_ids[1:]), in the
         order of `episodes`. Sharded, each rank computes its share and all get every one."""
         policy = self.policy if model is None else model
@@ -151,19 +150,19 @@ class Learner:
             out = {k: v for part in D.all_gather(out) for k, v in part.items()}
         return [out[i] for i in range(len(episodes))]  # packing reorders; callers zip
 
-    def _mine(self, episodes: list[Episode]) -> list[Episode]:
+    def _mine(self, episodes: list[Trajectory]) -> list[Trajectory]:
         """This rank's share of `episodes` (all of them unsharded)."""
         if self.world == 1:
             return episodes
         return [episodes[i] for i in D.split([len(e.token_ids) for e in episodes],
                                              self.world)[self.rank]]
 
-    def _plan(self, episodes: list[Episode]) -> list[MicroBatch]:
+    def _plan(self, episodes: list[Trajectory]) -> list[MicroBatch]:
         return plan_micro_batches(episodes, self.optim.micro_batch_tokens, self.pack,
                                   self.pad_id)
 
     # ------------------------------------------------------------------ the step
-    def train_step(self, episodes: list[Episode], group_size: int) -> dict[str, float]:
+    def train_step(self, episodes: list[Trajectory], group_size: int) -> dict[str, float]:
         valid = [e for e in episodes if not e.infra_error and e.agent_tokens > 0]
         metrics: dict[str, float] = {"infra_errors": float(sum(e.infra_error for e in
                                                                episodes))}
@@ -204,7 +203,7 @@ class Learner:
         metrics.update(gap_metrics(D.all_gather(self._gap) if self.world > 1 else [self._gap]))
         return metrics
 
-    def _episode_advantages(self, episodes: list[Episode], group_size: int,
+    def _episode_advantages(self, episodes: list[Trajectory], group_size: int,
                             rewards: dict[int, Tensor] | None = None) -> dict[int, Tensor]:
         """Scalar advantage per valid episode, computed within its group over the group's
         valid episodes only (an infra error neither scores 0 nor shifts its group's mean).
@@ -213,10 +212,10 @@ class Learner:
         if self.algo.advantage == "gae":
             return {id(e): torch.tensor(0.0) for e in episodes}
 
-        def reward(e: Episode) -> Tensor:
+        def reward(e: Trajectory) -> Tensor:
             return torch.tensor(float(e.reward)) if rewards is None else rewards[id(e)]
 
-        groups: dict[int, list[Episode]] = {}
+        groups: dict[int, list[Trajectory]] = {}
         for e in episodes:
             if not e.infra_error and e.agent_tokens > 0:
                 groups.setdefault(e.group, []).append(e)
@@ -243,7 +242,7 @@ class Learner:
                 out[id(e)] = a
         return out
 
-    def _gae(self, episodes: list[Episode], extra: dict[int, dict[str, Tensor]],
+    def _gae(self, episodes: list[Trajectory], extra: dict[int, dict[str, Tensor]],
              penalties: dict[int, Tensor]) -> None:
         """PPO's advantages: the episode's reward on its last agent token, minus any per-token
         KL penalty, through GAE with the critic's values; whitened over the batch."""
@@ -266,7 +265,7 @@ class Learner:
         for e, a in zip(episodes, white, strict=True):
             extra[id(e)]["adv"] = a
 
-    def _update(self, episodes: list[Episode], extra: dict[int, dict[str, Tensor]]
+    def _update(self, episodes: list[Trajectory], extra: dict[int, dict[str, Tensor]]
                 ) -> dict[str, float]:
         """One optimiser step on a mini-batch, accumulating over its micro-batches (sharded:
         over this rank's share of them; the ranks' gradients are summed). Every loss term of a

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from skyhub.trainer.rollout import Episode
+from skyhub.trainer.rollout import Trajectory
 
 
 @dataclass
@@ -24,14 +24,14 @@ class MicroBatch:
     per row, each row as long as the longest episode; padded: one episode per row) and, per
     episode, where its tokens sit."""
 
-    episodes: list[Episode]
+    episodes: list[Trajectory]
     input_ids: Tensor  # [R, L]
     position_ids: Tensor  # [R, L]
     attention_mask: Tensor | None  # [R, L] when padded; None when packed
     spans: list[tuple[int, int, int]]  # (row, start, length) per episode
 
 
-def plan_micro_batches(episodes: list[Episode], max_tokens: int, pack: bool = True,
+def plan_micro_batches(episodes: list[Trajectory], max_tokens: int, pack: bool = True,
                        pad_id: int = 0) -> list[MicroBatch]:
     """Lay a mini-batch's episodes out for forward passes of about `max_tokens` tokens.
 
@@ -42,7 +42,7 @@ def plan_micro_batches(episodes: list[Episode], max_tokens: int, pack: bool = Tr
     if not episodes:
         return []
     if not pack:
-        groups: list[list[Episode]] = []
+        groups: list[list[Trajectory]] = []
         for ep in episodes:
             cur = groups[-1] if groups else None
             if cur is not None and (len(cur) + 1) * max(len(e.token_ids) for e in
@@ -59,7 +59,7 @@ def plan_micro_batches(episodes: list[Episode], max_tokens: int, pack: bool = Tr
     while todo:
         width = len(todo[0].token_ids)
         n_rows = max(1, max_tokens // width)
-        rows: list[list[Episode]] = [[] for _ in range(n_rows)]
+        rows: list[list[Trajectory]] = [[] for _ in range(n_rows)]
         fill = [0] * n_rows
         rest = []
         for ep in todo:
@@ -75,12 +75,12 @@ def plan_micro_batches(episodes: list[Episode], max_tokens: int, pack: bool = Tr
     return out
 
 
-def _packed(rows: list[list[Episode]], width: int, pad_id: int) -> MicroBatch:
+def _packed(rows: list[list[Trajectory]], width: int, pad_id: int) -> MicroBatch:
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     # Padding at a row's end continues the last episode's positions: nothing attends to it
     # (it comes last) and its outputs are never read.
     pos = torch.zeros((len(rows), width), dtype=torch.long)
-    eps: list[Episode] = []
+    eps: list[Trajectory] = []
     spans: list[tuple[int, int, int]] = []
     for r, members in enumerate(rows):
         start = 0
@@ -97,7 +97,7 @@ def _packed(rows: list[list[Episode]], width: int, pad_id: int) -> MicroBatch:
     return MicroBatch(eps, ids, pos, None, spans)
 
 
-def _padded(eps: list[Episode], pad_id: int) -> MicroBatch:
+def _padded(eps: list[Trajectory], pad_id: int) -> MicroBatch:
     width = max(len(e.token_ids) for e in eps)
     ids = torch.full((len(eps), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(eps), width), dtype=torch.long)

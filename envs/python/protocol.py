@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from skyhub.protocol import find_code_block, find_tag
+from skyhub.tags import find_code_block, find_tag
 
 CODE_SYSTEM_PROMPT = (
     "You solve programming tasks with a Python interpreter. To run code, write it inside "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyhub.protocol import TagMatch, first_of
+from skyhub.tags import TagMatch, first_of
 
 from .index import split_title
 

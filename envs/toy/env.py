@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from skyhub.env import StepResult
-from skyhub.protocol import extract, first_of
+from skyhub.tags import extract, first_of
 
 from .base import ToyEnv
-from .recall import RecallEnv  # moved to recall.py; kept so old imports work
 
-__all__ = ["ArithEnv", "LookupEnv", "RecallEnv"]
+__all__ = ["ArithEnv", "LookupEnv"]
 
 ARITH_PROMPT = (
     "Answer the arithmetic question. Think if you like, then give the final integer inside "

@@ -55,8 +55,6 @@ class ExecResult:
         return cls(int(r["exit_code"]), text(r["stdout"]), text(r["stderr"]),
                    bool(r["timed_out"]), float(r["duration_s"]))
 
-    from_agent = from_guest  # the old name, kept so old callers work
-
 
 @dataclass(frozen=True)
 class Snapshot:

@@ -396,8 +396,3 @@ def guest_setup_tar() -> bytes:
         tar.addfile(info, io.BytesIO(src))
     return buf.getvalue()
 
-
-# Old names (before the in-sandbox daemon was called the guest), kept so old imports work.
-AgentChannel = GuestChannel
-AGENT_PATH = GUEST_PATH
-agent_setup_tar = guest_setup_tar

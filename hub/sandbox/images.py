@@ -25,7 +25,6 @@ from skyhub.errors import SandboxUnavailable
 
 IMAGES_DIR = Path(__file__).parent / "images"
 GUEST_FILE = Path(__file__).parent / "guest.py"
-AGENT_FILE = GUEST_FILE  # the old name, kept so old imports work
 BASE_IMAGE = "debian:bookworm-slim"
 ENTRY_POINT_GROUP = "skyhub.images"
 LABEL_IMAGE = "skyhub.image"

@@ -272,7 +272,7 @@ def test_public_names_resolve_lazily_after_import(tmp_path: Path) -> None:
             "assert 'skyhub.registry' not in sys.modules\n"
             "assert skyhub.spec.__module__ == 'skyhub.registry'\n"
             "assert issubclass(skyhub.TextEnv, __import__('gymnasium').Env)\n"
-            "assert skyhub.protocol.extract('<a>1</a>', 'a') == '1'\n"
+            "assert skyhub.tags.extract('<a>1</a>', 'a') == '1'\n"
             "names = set(dir(skyhub))\n"
             "missing = [n for n in skyhub.__all__ if n not in names]\n"
             "assert not missing, missing\n"

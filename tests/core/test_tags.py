@@ -242,12 +242,3 @@ def test_string_matches_are_spans_of_the_input(text: str) -> None:
     cut = truncate_after(text, "</a>")
     assert text.startswith(cut)
     assert cut == text or cut.endswith("</a>")
-
-
-def test_the_old_module_path_still_imports() -> None:
-    """`skyhub.protocol` was `skyhub.tags`'s old name; it re-exports it."""
-    import skyhub
-    from skyhub import protocol, tags
-
-    assert protocol.extract is tags.extract and protocol.__all__ == tags.__all__
-    assert skyhub.tags.first_of is tags.first_of

@@ -22,7 +22,7 @@ from skyhub.trainer.model_memory import (
     measure_peak,
     tensor_bytes,
 )
-from skyhub.trainer.rollout import Episode
+from skyhub.trainer.rollout import Trajectory
 from skyhub.trainer.tiny import tiny_model
 
 
@@ -125,11 +125,11 @@ def test_known_shapes_have_the_published_parameter_counts():
         assert params[name] == pytest.approx(published, rel=0.01)
 
 
-def batch(n: int, length: int, vocab: int) -> list[Episode]:
+def batch(n: int, length: int, vocab: int) -> list[Trajectory]:
     rng = random.Random(0)
     out = []
     for i in range(n):
-        e = Episode(group=i // 4, task_id=str(i), reward=float(i % 2))
+        e = Trajectory(group=i // 4, task_id=str(i), reward=float(i % 2))
         e.add([rng.randrange(6, vocab) for _ in range(length // 4)], agent=False)
         k = length - length // 4
         e.add([rng.randrange(6, vocab) for _ in range(k)], agent=True, logprobs=[-5.0] * k,

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from skyhub.trainer.config import AlgoConfig, OptimConfig
 from skyhub.trainer.learner import Learner
-from skyhub.trainer.rollout import Episode
+from skyhub.trainer.rollout import Trajectory
 from skyhub.trainer.tiny import tiny_model
 
 PROMPT = [10, 11, 12, 13]
 
 
-def episode(answer: int, obs: int | None, reward: float, group: int = 0) -> Episode:
-    e = Episode(group=group, task_id="t", reward=reward)
+def episode(answer: int, obs: int | None, reward: float, group: int = 0) -> Trajectory:
+    e = Trajectory(group=group, task_id="t", reward=reward)
     e.add(PROMPT, agent=False)
     e.add([answer], agent=True, logprobs=[-5.0], versions=[0])
     if obs is not None:
@@ -24,12 +24,12 @@ def episode(answer: int, obs: int | None, reward: float, group: int = 0) -> Epis
 
 def logprob(learner: Learner, tokens: list[int]) -> float:
     """log p(last token | the ones before) under the learner's policy."""
-    e = Episode(group=0, task_id="probe")
+    e = Trajectory(group=0, task_id="probe")
     e.add(tokens, agent=False)
     return float(learner.logprobs([e])[0][-1])
 
 
-def trained(batch: list[Episode], steps: int = 6, **algo) -> tuple[Learner, Learner]:
+def trained(batch: list[Trajectory], steps: int = 6, **algo) -> tuple[Learner, Learner]:
     """(the learner before, the learner after `steps` steps on `batch`), same initial weights."""
     def make() -> Learner:
         return Learner(tiny_model(64, seed=3), AlgoConfig(**algo), OptimConfig(

@@ -14,7 +14,7 @@ from skyhub.trainer.learner import Learner
 from skyhub.trainer.loop import train
 from skyhub.trainer.model_memory import measure_peak
 from skyhub.trainer.policy import chunked_logprobs
-from skyhub.trainer.rollout import Episode
+from skyhub.trainer.rollout import Trajectory
 from skyhub.trainer.tiny import tiny_model
 
 
@@ -22,7 +22,7 @@ def episodes(n=8, vocab=300, seed=0):
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        e = Episode(group=i // 4, task_id=str(i), reward=float(i % 2))
+        e = Trajectory(group=i // 4, task_id=str(i), reward=float(i % 2))
         e.add([rng.randrange(6, vocab) for _ in range(12)], agent=False)
         e.add([rng.randrange(6, vocab) for _ in range(8)], agent=True, logprobs=[-5.0] * 8,
               versions=[0] * 8)

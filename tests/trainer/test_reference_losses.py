@@ -654,13 +654,13 @@ def test_the_learner_whitens_gae_as_openrlhf(ref):
     walking through masked tokens agree)."""
     from skyhub.trainer.config import AlgoConfig, OptimConfig
     from skyhub.trainer.learner import Learner
-    from skyhub.trainer.rollout import Episode
+    from skyhub.trainer.rollout import Trajectory
     from skyhub.trainer.tiny import tiny_model
 
     gen = torch.Generator().manual_seed(5)
     eps = []
     for i in range(12):
-        e = Episode(group=i // 4, task_id=str(i), reward=float(i % 3 - 1))
+        e = Trajectory(group=i // 4, task_id=str(i), reward=float(i % 3 - 1))
         e.add(torch.randint(6, 300, (int(torch.randint(3, 9, (1,), generator=gen)),),
                             generator=gen).tolist(), agent=False)
         k = int(torch.randint(1, 14, (1,), generator=gen))

@@ -285,12 +285,3 @@ def test_server_rejects_unknown_ops_and_keeps_serving(server: subprocess.Popen) 
 def test_server_stops_at_end_of_input(server: subprocess.Popen) -> None:
     server.stdin.close()
     assert server.wait(timeout=10) == 0
-
-
-def test_the_old_module_path_still_imports() -> None:
-    """`skyhub.sandbox.agent` was the guest's old name; it re-exports it."""
-    from skyhub.sandbox import agent as old
-    from skyhub.sandbox.docker_channel import AgentChannel, GuestChannel
-
-    assert old.run_command is guest.run_command and old._Capped is guest._Capped
-    assert AgentChannel is GuestChannel

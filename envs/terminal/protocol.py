@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from skyhub.protocol import find_all, find_tag
+from skyhub.tags import find_all, find_tag
 
 TOOLS = [
     {"type": "function", "function": {
