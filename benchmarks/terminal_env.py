@@ -43,8 +43,8 @@ def episode_resets(env_id: str, n: int, **kwargs: object) -> list[float]:
 
 
 def pooled_resets(n: int) -> list[float]:
-    from skyhub.envs.terminal.session import ShellSession
     from skyhub.sandbox import Pool
+    from skyhub.shell.session import ShellSession
 
     out = []
     with Pool(size=2, backend="docker") as pool:
@@ -61,8 +61,8 @@ def pooled_resets(n: int) -> list[float]:
 
 
 def round_trips(n: int) -> tuple[list[float], list[float]]:
-    from skyhub.envs.terminal.session import ShellSession
     from skyhub.sandbox import create
+    from skyhub.shell.session import ShellSession
 
     ours, docker_exec = [], []
     with create(backend="docker") as sb, ShellSession(sb) as shell:

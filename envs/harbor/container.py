@@ -131,7 +131,7 @@ def container_path(sb: Any) -> str:
 def await_healthy(sb: Any, hc: dict[str, Any] | None, *, user: str, task_id: str) -> None:
     """Run the healthcheck until it passes, as Harbor does (Docker HEALTHCHECK's rules);
     SandboxUnavailable with the last output when it never does."""
-    from skyhub.envs.terminal import judge
+    from skyhub.shell import judge
 
     if not hc or not hc.get("command"):
         return

@@ -55,9 +55,10 @@ from pathlib import Path
 from typing import Any
 
 from skyhub.env import StepResult
-from skyhub.envs.terminal import judge
-from skyhub.envs.terminal.env import TerminalEnv
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
+from skyhub.shell import judge
+from skyhub.shell.env import ShellEnv
+from skyhub.shell.session import ShellSession
 
 from . import container, verifier
 from .image import task_image
@@ -80,11 +81,11 @@ def _put_dir(container_: Any, src: Path, name: str) -> None:
     container_.put_archive("/", buf.getvalue())
 
 
-class HarborEnv(TerminalEnv):
+class HarborEnv(ShellEnv):
     """Kwargs: `data_dir` (a Harbor task or dataset directory, or a Terminal-Bench one;
     required), `max_turns`, `command_timeout_s` (per agent command),
-    `max_tool_calls` and `turn_timeout_s`
-    (per turn, as for `terminal`), `max_output`, `isolation` ("harbor": as Harbor runs tasks;
+    `max_tool_calls` and `turn_timeout_s` (per turn, as for `terminal`:
+    `skyhub.shell.env.ShellEnv`), `max_output`, `isolation` ("harbor": as Harbor runs tasks;
     "training": skyhub's stricter sandbox), `reward_key` (which named reward of reward.json is
     the episode's reward, when it has several and no `reward`), `allowlist` ("no-network" or
     "public": how to run a task whose network_mode is "allowlist", which skyhub cannot
@@ -117,7 +118,7 @@ class HarborEnv(TerminalEnv):
         self.verifier_paths = [posixpath.normpath(str(p)) for p in verifier_paths]
         if allowlist not in (None, "no-network", "public"):
             raise UsageError(f"allowlist must be 'no-network' or 'public', got {allowlist!r}")
-        super().__init__(data_dir=data_dir, backend="docker", max_turns=max_turns,
+        super().__init__(tasks=load_tasks(data_dir), backend="docker", max_turns=max_turns,
                          command_timeout_s=command_timeout_s, max_output=max_output,
                          max_tool_calls=max_tool_calls, turn_timeout_s=turn_timeout_s)
         self.isolation, self.reward_key, self.allowlist = isolation, reward_key, allowlist
@@ -133,11 +134,6 @@ class HarborEnv(TerminalEnv):
         self._verified = False  # the current step's verifier has run already
         self._failed: Exception | None = None  # ... and Docker failed while it did
         self._image_user = "0"
-
-    def _load_tasks(self, *, synth: bool, seed: int, n_tasks: int,
-                    path: str | Path | None) -> Any:
-        assert path is not None
-        return load_tasks(path)
 
     # -- the task's config, for the current step ----------------------------------------
     @property
@@ -263,7 +259,7 @@ class HarborEnv(TerminalEnv):
     def _next_step(self, obs: str, *, ended_by: str) -> StepResult:
         """After a step of a multi-step task: its verifier, then the next step's instruction
         (the same container, a new shell); the last step (or a closed gate) ends the episode
-        through TerminalEnv's `_verify`, whose `_judge` gives the aggregate."""
+        through ShellEnv's `_verify`, whose `_judge` gives the aggregate."""
         steps = self._steps()
         if not steps or self._step + 1 >= len(steps) or ended_by not in ("done", "timeout"):
             return super()._verify(obs, ended_by=ended_by)
@@ -284,8 +280,6 @@ class HarborEnv(TerminalEnv):
         self._verified = False
         self._step += 1
         self._reference_sent = False
-        from skyhub.envs.terminal.session import ShellSession
-
         try:
             self._setup_step(self.task)
             self._shell = ShellSession(self._sandbox, max_output=self.max_output)
@@ -705,8 +699,6 @@ class HarborEnv(TerminalEnv):
         log = self._tail(sb, ORACLE_LOG)
         status = "timed out" if r.timed_out else f"exit {r.exit_code}"
         obs = f"<output>\n{log.rstrip()}\n</output>\n[solve.sh: {status}] {sb.workdir}"
-        from skyhub.envs.terminal.session import ShellSession
-
         try:
             self._shell = ShellSession(sb, max_output=self.max_output)
         except InfraError as e:

@@ -171,7 +171,7 @@ def copy_data(src: Any, dest: Any, root: str, *, budget: list[int]) -> str:
     cannot be carried (over `MAX_DATA_BYTES` in all: `budget` holds what is left)."""
     import tempfile
 
-    from skyhub.envs.terminal import judge
+    from skyhub.shell import judge
 
     r = judge.docker_exec(dest, ["rm", "-rf", "--", root], user="0", timeout=300,
                           on_timeout=lambda: None)

@@ -17,7 +17,7 @@ pass (issue 28, finding 3). So no process in a sandbox may use `ptrace`,
 
 What this does not cover: `/proc/<pid>/mem` is governed by ptrace's access check, not by the
 ptrace syscall; that is why the verifier's shell is also undumpable (see
-`skyhub.envs.terminal.judge`).
+`skyhub.shell.judge`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from skyhub.envs.terminal.session import ShellSession
+from skyhub.shell.session import ShellSession
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import skyhub
-from skyhub.envs.terminal.session import ShellSession
+from skyhub.shell.session import ShellSession
 
 pytestmark = [pytest.mark.hostile, pytest.mark.slow]
 

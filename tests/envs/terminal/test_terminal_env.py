@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import skyhub
-from skyhub.envs.terminal.session import ShellSession, printable
 from skyhub.eval.checks import check_env
+from skyhub.shell.session import ShellSession, printable
 
 pytestmark = pytest.mark.slow
 
@@ -133,7 +133,7 @@ def test_programs_that_wait_for_a_person_cannot_hang(shell: ShellSession) -> Non
 
 
 def test_tool_calls_and_tags_parse_the_same() -> None:
-    from skyhub.envs.terminal.protocol import TOOLS, parse
+    from skyhub.shell.protocol import TOOLS, parse
 
     assert parse("<bash>ls</bash>") == parse(
         '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>')
