@@ -148,43 +148,37 @@ def test_cli_info_lists_kwargs_and_eval_play_refuse_a_misspelled_one(tmp_path) -
         assert "Traceback" not in r.output
 
 
-class RenamedKwargs(TextEnv):
-    """Took `timeout` and `data`; now `step_timeout_s` and `data_dir`."""
-
-    from skyhub.deprecation import renamed_kwargs
-
-    @renamed_kwargs(timeout="step_timeout_s", data="data_dir")
-    def __init__(self, *, step_timeout_s: float = 1.0, data_dir: str | None = None) -> None:
-        super().__init__()
-        self.step_timeout_s, self.data_dir = step_timeout_s, data_dir
-        self.tasks = TaskSet([Task(id="t", prompt="p", answer="a")])
-
-
-def test_old_kwarg_names_pass_validation_and_warn(env_ids: list[str]) -> None:
-    env_ids.append("test-kw-renamed")
-    skyhub.register("test-kw-renamed", RenamedKwargs, override=True)
-    with pytest.warns(DeprecationWarning, match=r"'timeout' is deprecated; use 'step_timeout_s'"):
-        env = skyhub.make("test-kw-renamed", timeout=2.5, data="d")
-    assert (env.step_timeout_s, env.data_dir) == (2.5, "d")
-    with pytest.raises(UsageError, match="expects float"):  # typed as the new name
-        skyhub.make("test-kw-renamed", timeout="slow")
-    with pytest.raises(UsageError, match=r"did you mean 'step_timeout_s'") as e:
-        skyhub.make("test-kw-renamed", step_timeout=2)
-    assert "timeout=" not in str(e.value).split("It accepts:")[1].replace("step_timeout_s=", "")
-    with pytest.raises(UsageError, match="pass 'data_dir' only"):
-        skyhub.make("test-kw-renamed", data="a", data_dir="b")
+# Kwargs the families renamed before 0.1.0 (to `data_dir` and `*_timeout_s`): the old name is
+# now an unknown kwarg like any other, refused before the env is built, and the error lists the
+# kwargs the env takes, the new name with its default among them.
+OLD_KWARGS = [
+    ("python-code", "data", "data_dir"),
+    ("python-code", "test_timeout", "test_timeout_s"),
+    ("python-code", "cell_timeout", "cell_timeout_s"),
+    ("python-math", "data", "data_dir"),
+    ("python-math", "grade_timeout", "grade_timeout_s"),
+    ("python-math", "cell_timeout", "cell_timeout_s"),
+    ("search-qa", "backend", "index_backend"),
+    ("search-qa", "timeout", "retriever_timeout_s"),
+    ("terminal", "path", "data_dir"),
+    ("terminal", "command_timeout", "command_timeout_s"),
+    ("terminal", "turn_timeout", "turn_timeout_s"),
+    ("harbor", "path", "data_dir"),
+    ("harbor", "command_timeout", "command_timeout_s"),
+    ("harbor", "turn_timeout", "turn_timeout_s"),
+    ("sql-spider", "timeout_s", "query_timeout_s"),
+]
 
 
-def test_families_accept_their_old_kwarg_names() -> None:
-    renamed = {"python-code": {"data", "test_timeout", "cell_timeout"},
-               "python-math": {"data", "grade_timeout", "cell_timeout"},
-               "search-qa": {"backend", "timeout"},
-               "terminal": {"path", "command_timeout", "turn_timeout"},
-               "harbor": {"path", "command_timeout", "turn_timeout"}}
-    for env_id, old in renamed.items():
-        accepted, complete = accepted_kwargs(env_id)
-        assert complete and old <= set(accepted), (env_id, old - set(accepted))
-        assert all(accepted[k].deprecated for k in old), env_id
-    with pytest.warns(DeprecationWarning, match="'backend' is deprecated; use 'index_backend'"):
-        env = skyhub.make("search-qa", backend="bm25s")
-    env.close()
+@pytest.mark.parametrize("env_id, old, new", OLD_KWARGS)
+def test_old_kwarg_names_are_refused_naming_the_new_one(env_id: str, old: str, new: str) -> None:
+    accepted, complete = accepted_kwargs(skyhub.spec(env_id))
+    assert complete and new in accepted and old not in accepted
+    with pytest.raises(UsageError) as e:
+        skyhub.make(env_id, **{old: accepted[new].default})
+    message = str(e.value)
+    assert f"does not take the kwarg {old!r}" in message
+    listed = message.split("It accepts:")[1]
+    assert f" {new}=" in listed and f" {old}=" not in listed
+    if "did you mean" in message:  # a suggestion, when difflib makes one, is the new name
+        assert f"did you mean {new!r}" in message
