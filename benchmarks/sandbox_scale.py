@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from skyhub.sandbox import Pool, create, images, ratelimit
-    from skyhub.sandbox.docker import get_client
+    from skyhub.sandbox.docker_client import get_client
 
     images.build(quiet=True)
     ratelimit.configure(concurrency=max(args.parallel, ratelimit.DEFAULT_CONCURRENCY))

@@ -42,7 +42,7 @@ def need_service(what: str, env_var: str, reason: str) -> None:
 def docker_daemon() -> Iterator[None]:
     """A Docker daemon that answers, and a check after the session that no container with
     skyhub's labels and this process as owner is left behind."""
-    from skyhub.sandbox.docker import docker_available
+    from skyhub.sandbox.docker_client import docker_available
 
     if not docker_available():
         need_service("Docker", "SKYHUB_REQUIRE_DOCKER", "no Docker daemon answers")

@@ -179,7 +179,7 @@ class HarborEnv(ShellEnv):
     def _prepare(self, task: Any) -> Any:
         """A new container of the task's image (a Harbor task may change anything in it),
         healthy, with the first step's files and setup in place."""
-        from skyhub.sandbox.docker import get_client
+        from skyhub.sandbox.docker_client import get_client
 
         if self._sandbox is not None:
             self._sandbox.close()

@@ -360,7 +360,7 @@ def task_image(task_dir: str | Path, env_cfg: Mapping[str, Any], client: Any = N
     verifier environment's); a whole task config is accepted too. A `docker_image` task's image
     must be present locally (never pulled). SandboxUnavailable says why there is no image
     (with the build log's tail); UsageError, what in the task skyhub cannot run."""
-    from skyhub.sandbox.docker import get_client
+    from skyhub.sandbox.docker_client import get_client
 
     task_dir = Path(task_dir)
     env_cfg, timeout_s = _split_cfg(env_cfg, build_timeout_s)

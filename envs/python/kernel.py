@@ -155,13 +155,13 @@ def _cap(text: str, limit: int) -> str:
     """`text` cut to its first and last `limit // 2` characters, with the agent's marker."""
     if len(text) <= limit:
         return text
-    from skyhub.sandbox.guest import TRUNCATION_MARKER
+    from skyhub.sandbox.guest.procs import TRUNCATION_MARKER
 
     half = max(limit // 2, 1)
     return text[:half] + TRUNCATION_MARKER.format(n=len(text) - 2 * half) + text[-half:]
 
 
-class _BadReply(Exception):
+class _BadReply(SkyhubError):
     """The bridge answered with something it never sends (too big, wrong types)."""
 
 

@@ -1,10 +1,10 @@
 """Sandboxes that can run skyhub's kernel bridge: `make_sandbox` and, for the local backend,
 the read-only runtime (`local_runtime`) a bubblewrap sandbox needs to start it.
 
-The guest (skyhub's in-sandbox daemon) and the bridge are copied into a per-process dir under
-the local sandbox base (`.runtime-<pid>`, readable by every sandbox uid), removed when the
-process exits; dirs of processes that died without that are removed by the next process that
-makes one.
+The guest (skyhub's in-sandbox daemon, as its zipapp `guest.pyz`) and the bridge are copied
+into a per-process dir under the local sandbox base (`.runtime-<pid>`, readable by every
+sandbox uid), removed when the process exits; dirs of processes that died without that are
+removed by the next process that makes one.
 """
 
 from __future__ import annotations
@@ -20,25 +20,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import SandboxUnavailable
+from skyhub.errors import SandboxUnavailable, UsageError
+from skyhub.sandbox import guest_app
 from skyhub.sandbox.base import Sandbox
 
-_SANDBOX_PKG = Path(__file__).resolve().parents[2] / "hub" / "sandbox"
 #: the Python family's image: its Dockerfile and the kernel bridge (`skyhub images build`
 #: finds it through the `skyhub.images` entry point)
 IMAGE_DIR = Path(__file__).resolve().parent / "image"
 OPT = "/opt/skyhub"
 SYSTEM_PYTHON = "/usr/bin/python3"
-
-
-def _sandbox_files() -> tuple[Path, Path]:
-    """The host paths of the guest and the kernel bridge (installed or source tree)."""
-    import skyhub.sandbox
-
-    pkg = Path(skyhub.sandbox.__file__).resolve().parent
-    if not (pkg / "guest.py").is_file():  # pragma: no cover - a broken install
-        pkg = _SANDBOX_PKG
-    return pkg / "guest.py", IMAGE_DIR / "kernel_bridge.py"
 
 
 def _readable_by_others(path: str) -> bool:
@@ -77,9 +67,10 @@ def _runtime_dir() -> str:
     d = base / f"{RUNTIME_PREFIX}{os.getpid()}"
     d.mkdir(mode=0o755, exist_ok=True)
     atexit.register(shutil.rmtree, d, True)
-    for src in _sandbox_files():
-        shutil.copyfile(src, d / src.name)
-        os.chmod(d / src.name, 0o644)
+    (d / guest_app.APP_NAME).write_bytes(guest_app.zipapp())
+    shutil.copyfile(IMAGE_DIR / "kernel_bridge.py", d / "kernel_bridge.py")
+    for name in (guest_app.APP_NAME, "kernel_bridge.py"):
+        os.chmod(d / name, 0o644)
     return str(d)
 
 
@@ -104,7 +95,7 @@ def local_runtime() -> tuple[dict[str, str], str]:
     its own path) when a sandbox uid can read it; else the system's python3 with Debian's
     python3-ipykernel. `SandboxUnavailable` says what to install when neither works."""
     runtime = _runtime_dir()
-    mounts = {f"{OPT}/guest.py": f"{runtime}/guest.py",
+    mounts = {f"{OPT}/{guest_app.APP_NAME}": f"{runtime}/{guest_app.APP_NAME}",
               f"{OPT}/kernel_bridge.py": f"{runtime}/kernel_bridge.py"}
     own = [sys.prefix, sys.base_prefix]
     if os.geteuid() != 0 or all(_readable_by_others(p) for p in own):
@@ -143,9 +134,9 @@ def make_sandbox(backend: str = "auto", *, cpus: float = 1.0, memory_mb: int = 2
         sb = skyhub.sandbox.create(backend="local", cpus=cpus, memory_mb=memory_mb,
                                    mounts=mounts, **kwargs)
         if getattr(sb, "isolation", "bwrap") == "none":  # host paths, as they are
-            return sb, [sys.executable, "-I", "-u", str(_sandbox_files()[1])]
+            return sb, [sys.executable, "-I", "-u", str(IMAGE_DIR / "kernel_bridge.py")]
         return sb, [python, "-I", "-u", f"{OPT}/kernel_bridge.py"]
-    raise ValueError(f"Python envs run kernels on backend 'docker' or 'local' (or 'auto'), "
+    raise UsageError(f"Python envs run kernels on backend 'docker' or 'local' (or 'auto'), "
                      f"not {backend!r}")
 
 

@@ -173,7 +173,7 @@ def create_app(env_id: str, *, max_concurrent_envs: int = 8, **env_kwargs: Any) 
 
 
 def _check_host(host: str, public: bool) -> None:
-    from skyhub.remote.server import is_loopback
+    from skyhub.remote.guard import is_loopback
 
     if not public and not is_loopback(host):
         raise UsageError(f"refusing to serve on {host!r}: OpenEnv's protocol has no "
@@ -192,7 +192,7 @@ def serve(env_id: str, *, host: str = "127.0.0.1", port: int = 8000, public: boo
 
 
 def _server_thread_base() -> type:
-    from skyhub.remote.server import UvicornThread
+    from skyhub.remote.http_server import UvicornThread
 
     return UvicornThread
 

@@ -19,11 +19,11 @@ def sandbox_ls() -> None:
     """List sandboxes (Docker containers and local scratch dirs) with skyhub's labels."""
     import time
 
-    from skyhub.sandbox import docker, local
+    from skyhub.sandbox import docker_client, local
 
     rows = [("local", s) for s in local.list_sandboxes()]
-    if docker.docker_available():
-        rows += [("docker", s) for s in docker.list_sandboxes()]
+    if docker_client.docker_available():
+        rows += [("docker", s) for s in docker_client.list_sandboxes()]
     table = Table(title="skyhub sandboxes", title_justify="left")
     for col in ("backend", "name", "owner pid", "owner alive", "pool", "age (s)"):
         table.add_column(col)
@@ -76,7 +76,7 @@ def images_build(
 def images_ls() -> None:
     """The images skyhub knows, their tags, and whether they are built."""
     from skyhub.sandbox import images
-    from skyhub.sandbox.docker import docker_available
+    from skyhub.sandbox.docker_client import docker_available
 
     table = Table(title="skyhub images", title_justify="left")
     for col in ("name", "tag", "built"):

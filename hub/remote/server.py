@@ -52,18 +52,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
-import hmac
 import json
 import logging
 import os
-import queue
-import re
-import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -71,16 +65,18 @@ from typing import TYPE_CHECKING, Any
 # globals. `import skyhub` never imports this module; `skyhub serve` does.
 from fastapi import FastAPI, WebSocket
 
-from skyhub.errors import UsageError
+from skyhub.errors import SkyhubError, UsageError
 from skyhub.remote import wire
+from skyhub.remote.env_thread import EnvThread
 from skyhub.remote.guard import (
     HEADER_TIMEOUT_S,
     CallerPolicy,
     OriginGate,
-    guarded_http_protocol,
     is_loopback,
     listen_socket,
 )
+from skyhub.remote.http_server import UvicornThread, ws_server
+from skyhub.remote.token_gate import SECRET_PARAM, TokenGate, authorized
 
 if TYPE_CHECKING:
     from skyhub.env import TextEnv
@@ -89,11 +85,6 @@ log = logging.getLogger("skyhub.remote")
 
 TASK_PAGE_MAX = 1000  # tasks per `tasks` reply
 SEED_MAX = 2**64  # seeds are integers in [0, SEED_MAX)
-#: Query parameters that look like credentials: refused, and scrubbed before anything logs
-#: the request line (uvicorn's access log writes the path with its query string).
-_SECRET_PARAM = re.compile(rb"(^|&)((?:access_)?token|api_key|key)=[^&]*", re.IGNORECASE)
-
-
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to expose envs (which run agent-chosen code and queries) without a token."""
     if not token and not is_loopback(host):
@@ -146,13 +137,8 @@ class _Hub:
         return len(self.sessions) + len(self.draining)
 
     def authorized(self, headers: Any) -> bool:
-        """Whether the request carries the token, in its `Authorization` header (the only
-        place a token is read from: URLs end up in logs and browser histories)."""
-        if self.token is None:
-            return True
-        auth = headers.get("authorization") or ""
-        given = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        """Whether the request carries the token (`token_gate.authorized`)."""
+        return authorized(self.token, headers)
 
     def check_kwargs(self, kwargs: dict[str, Any]) -> None:
         if self.allow_kwargs is True or not kwargs:
@@ -180,126 +166,14 @@ class _Hub:
                 "protocol": wire.PROTOCOL_VERSION}
 
 
-class _ProtocolError(Exception):
+class _ProtocolError(SkyhubError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
 
 
-class _OpTimeout(Exception):
+class _OpTimeout(SkyhubError):
     """An env call ran past `op_timeout_s`: the session ends (its thread may still be busy)."""
-
-
-#: Started session threads. At interpreter exit each finishes the calls queued before it
-#: (an env's close among them) and is joined, as `concurrent.futures` does for its workers.
-_live_threads: weakref.WeakSet[_EnvThread] = weakref.WeakSet()
-_threads_lock = threading.Lock()
-_exiting = False
-
-
-def _stop_threads_at_exit() -> None:
-    global _exiting
-    with _threads_lock:
-        _exiting = True
-        threads = list(_live_threads)
-    for t in threads:
-        t.jobs.put(None)
-    for t in threads:
-        if t.thread is not None:
-            t.thread.join()
-
-
-threading._register_atexit(_stop_threads_at_exit)  # before non-daemon threads are joined
-
-
-class _ThreadGone(RuntimeError):
-    """A call to a session thread that has been shut down, or at interpreter exit."""
-
-
-class _EnvThread:
-    """The one thread a session's env runs in: calls run one at a time, in order, always in
-    this thread. Started on the first call (a socket that never opens costs no thread); at
-    exit the process waits for the calls already queued (an env's close).
-
-    Why not a `ThreadPoolExecutor(1)`: its hand-off per call (a semaphore, a condition, a
-    concurrent future chained to an asyncio one) cost about twice the CPU of this queue and
-    one `call_soon_threadsafe`, and an env call per step is the server's hot path."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.thread: threading.Thread | None = None
-        self.closed = False
-
-    def _put(self, job: tuple[Callable[[], Any], Any, Any]) -> None:
-        if self.closed:
-            raise _ThreadGone("cannot schedule new calls after shutdown")
-        with _threads_lock:  # no call queued behind the exit's stop
-            if _exiting:
-                raise _ThreadGone("cannot schedule new calls after interpreter shutdown")
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._main, name=self.name)
-                self.thread.start()
-                _live_threads.add(self)
-            self.jobs.put(job)
-
-    def submit_async(self, loop: asyncio.AbstractEventLoop,
-                     fn: Callable[[], Any]) -> asyncio.Future:
-        """`fn()` in this thread; its outcome on an asyncio future of `loop`."""
-        fut = loop.create_future()
-        self._put((fn, fut, loop))
-        return fut
-
-    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
-        """`fn()` in this thread; its outcome on a `concurrent.futures.Future`."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        self._put((fn, fut, None))
-        return fut
-
-    def started(self) -> bool:
-        return self.thread is not None
-
-    def shutdown(self) -> None:
-        """No more calls; the thread ends after those queued (without waiting for them)."""
-        self.closed = True
-        if self.thread is not None:
-            self.jobs.put(None)
-
-    def _main(self) -> None:
-        try:
-            while (job := self.jobs.get()) is not None:
-                _run_job(*job)
-                del job  # drop the env's result before waiting for the next call
-        finally:
-            with _threads_lock:
-                _live_threads.discard(self)
-
-
-def _run_job(fn: Callable[[], Any], fut: Any, loop: asyncio.AbstractEventLoop | None) -> None:
-    if loop is None:  # a concurrent future (the close): settled in this thread
-        if fut.set_running_or_notify_cancel():
-            try:
-                fut.set_result(fn())
-            except BaseException as e:
-                fut.set_exception(e)
-        return
-    try:
-        result, error = fn(), None
-    except BaseException as e:
-        result, error = None, e
-    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for the result
-        loop.call_soon_threadsafe(_settle, fut, result, error)
-
-
-def _settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if fut.done():  # the caller gave up (op timeout, session cancelled)
-        return
-    if error is None:
-        fut.set_result(result)
-    elif isinstance(error, StopIteration):  # an asyncio future refuses StopIteration
-        fut.set_exception(RuntimeError(f"the env raised StopIteration: {error}"))
-    else:
-        fut.set_exception(error)
 
 
 class _Session:
@@ -309,7 +183,7 @@ class _Session:
         self.hub, self.env_id = hub, env_id
         self.id = uuid.uuid4().hex[:12]
         self.env: TextEnv | None = None
-        self.thread = _EnvThread(f"skyhub-session-{self.id}")
+        self.thread = EnvThread(f"skyhub-session-{self.id}")
         self.ops: dict[str, Callable[[dict[str, Any]], Any]] = {
             "open": self._open, "reset": self._reset, "step": self._step, "call": self._call,
             "tasks": self._tasks, "close": self._close, "ping": self._ping}
@@ -319,9 +193,8 @@ class _Session:
         (the call itself cannot be stopped: it finishes in its thread, which is why the
         session's slot stays taken until then)."""
         loop = asyncio.get_running_loop()
-        try:
-            fut = self.thread.submit_async(loop, functools.partial(fn, *args, **kwargs))
-        except _ThreadGone:
+        fut = self.thread.submit_async(loop, functools.partial(fn, *args, **kwargs))
+        if fut is None:
             return fn(*args, **kwargs)  # the interpreter is exiting: no new threads
         # `asyncio.timeout` around a plain await: no extra future or task per call (a
         # `wait_for(shield(...))` cost two more loop iterations a step). On expiry the await
@@ -504,9 +377,8 @@ class _Session:
         env, self.env = self.env, None
         done: concurrent.futures.Future | None = None
         if self.thread.started():  # queued behind a call still running, if any
-            try:
-                done = self.thread.submit(functools.partial(_close_quietly, env, self.id))
-            except _ThreadGone:  # the interpreter is exiting: close it here
+            done = self.thread.submit(functools.partial(_close_quietly, env, self.id))
+            if done is None:  # the interpreter is exiting: close it here
                 _close_quietly(env, self.id)
         else:  # never opened: no thread, nothing to close
             _close_quietly(env, self.id)
@@ -537,7 +409,7 @@ async def _serve_session(hub: _Hub, ws: WebSocket, env_id: str) -> None:
     from starlette.websockets import WebSocketDisconnect
 
     await ws.accept()
-    if _SECRET_PARAM.search(ws.scope.get("query_string") or b""):
+    if SECRET_PARAM.search(ws.scope.get("query_string") or b""):
         await ws.close(wire.CLOSE_UNAUTHORIZED, "send the token in the Authorization header, "
                        "never in the URL (URLs are logged)")
         return
@@ -611,44 +483,6 @@ async def _serve_session(hub: _Hub, ws: WebSocket, env_id: str) -> None:
         log.info("session %s (%s) closed its env", session.id, env_id)
 
 
-class _Gate:
-    """ASGI middleware in front of every route: strips credentials from URLs before anything
-    can log them (the request line in uvicorn's access log), and answers 401 to an HTTP
-    request without the token (every route but `/health`: `/docs` and `/openapi.json` too).
-    WebSockets are checked by the session handler, which closes with 4401 and a reason."""
-
-    def __init__(self, app: Any, hub: _Hub) -> None:
-        self.app, self.hub = app, hub
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        query = scope.get("query_string") or b""
-        in_url = bool(_SECRET_PARAM.search(query))
-        if in_url:  # in place: uvicorn logs from this very dict
-            scope["query_string"] = _SECRET_PARAM.sub(rb"\1\2=REDACTED", query)
-        if scope["type"] == "http" and self.hub.token is not None \
-                and scope.get("path") != "/health":
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                       for k, v in scope.get("headers") or ()}
-            if in_url or not self.hub.authorized(headers):
-                why = ("send the token in the Authorization header, never in the URL"
-                       if in_url else "missing or wrong token")
-                await _json_response(send, 401, {
-                    "detail": f"{why}: send 'Authorization: Bearer TOKEN'"})
-                return
-        await self.app(scope, receive, send)
-
-
-async def _json_response(send: Any, status: int, body: dict[str, Any]) -> None:
-    data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(data)).encode())]})
-    await send({"type": "http.response.body", "body": data})
-
-
 def create_app(env_ids: Sequence[str], *, token: str | None = None, max_sessions: int = 64,
                idle_ttl_s: float = 600, open_timeout_s: float = 10,
                op_timeout_s: float | None = 300, max_session_s: float | None = None,
@@ -683,7 +517,7 @@ def create_app(env_ids: Sequence[str], *, token: str | None = None, max_sessions
     # the last added runs first: the gate scrubs tokens from the URL before anything can
     # refuse (and so log) the request
     app.add_middleware(OriginGate, policy=app.state.callers)
-    app.add_middleware(_Gate, hub=hub)
+    app.add_middleware(TokenGate, token=hub.token)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -701,30 +535,6 @@ def create_app(env_ids: Sequence[str], *, token: str | None = None, max_sessions
     return app
 
 
-def uvicorn_config(app: Any, host: str, port: int, *, log_level: str,
-                   header_timeout_s: float = HEADER_TIMEOUT_S,
-                   max_connections: int | None = None, **kwargs: Any) -> Any:
-    """A uvicorn config whose connections are guarded (`skyhub.remote.guard`): a deadline
-    for the request head and a cap on connections. `kwargs`: more `uvicorn.Config` options."""
-    import uvicorn
-
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                          http=guarded_http_protocol(header_timeout_s, max_connections),
-                          **kwargs)
-
-
-def _server(app: Any, host: str, port: int, max_message_bytes: int, log_level: str,
-            header_timeout_s: float, max_connections: int | None) -> Any:
-    import uvicorn
-
-    # The transport limit sits above ours so that an oversized message gets a clear error
-    # reply rather than a bare 1009 close.
-    return uvicorn.Server(uvicorn_config(
-        app, host, port, log_level=log_level, header_timeout_s=header_timeout_s,
-        max_connections=max_connections, ws_max_size=max(4 * max_message_bytes, 1 << 20),
-        ws_ping_interval=20.0, ws_ping_timeout=20.0))
-
-
 def serve(env_ids: Sequence[str], host: str = "127.0.0.1", port: int = 8000,
           token: str | None = None, *, log_level: str = "info",
           header_timeout_s: float = HEADER_TIMEOUT_S, max_connections: int | None = None,
@@ -739,48 +549,8 @@ def serve(env_ids: Sequence[str], host: str = "127.0.0.1", port: int = 8000,
     app = create_app(env_ids, token=token, bound_to=host, **app_kwargs)
     max_bytes = app_kwargs.get("max_message_bytes", 1_000_000)
     sock = listen_socket(host, port)
-    _server(app, host, port, max_bytes, log_level, header_timeout_s,
+    ws_server(app, host, port, max_bytes, log_level, header_timeout_s,
             max_connections).run(sockets=[sock])
-
-
-class UvicornThread:
-    """A uvicorn server in a daemon thread of this process: `start` returns once it listens
-    (with `port=0`, `port` is then the one it got); `stop` ends it. A context manager."""
-
-    def __init__(self, server: Any, host: str, port: int, name: str,
-                 sockets: list[Any] | None = None) -> None:
-        self.server, self.host, self.port = server, host, port
-        self.sockets = list(sockets or ())
-        run = self.server.run if sockets is None else functools.partial(self.server.run,
-                                                                         sockets=sockets)
-        self.thread = threading.Thread(target=run, daemon=True, name=name)
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> Any:
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the server on {self.host}:{self.port} did not start "
-                                   "(port in use? see the log above)")
-            time.sleep(0.01)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        for sock in self.sockets:  # ours: uvloop serves a copy and leaves it open
-            sock.close()
-
-    def __enter__(self) -> Any:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class ServerThread(UvicornThread):
@@ -801,8 +571,8 @@ class ServerThread(UvicornThread):
         self.app = create_app(env_ids, token=token, bound_to=host, **app_kwargs)
         max_bytes = app_kwargs.get("max_message_bytes", 1_000_000)
         sock = listen_socket(host, port)
-        super().__init__(_server(self.app, host, port, max_bytes, log_level,
-                                 header_timeout_s, max_connections),
+        super().__init__(ws_server(self.app, host, port, max_bytes, log_level,
+                                  header_timeout_s, max_connections),
                          host, port, "skyhub-server", sockets=[sock])
 
     @property

@@ -25,9 +25,17 @@ BACKENDS = ("docker", "local", "e2b")
 
 def docker_available() -> bool:
     """Whether a Docker daemon answers (used by `backend="auto"`)."""
-    from skyhub.sandbox.docker import docker_available as check
+    from skyhub.sandbox.docker_client import docker_available as check
 
     return check()
+
+
+def owner_start_time(pid: int) -> int:
+    """Process `pid`'s start time in clock ticks (-1 when it is gone), as sandboxes record
+    their owner's: with the pid it names an owner exactly (`reap_owner(pid, start=...)`)."""
+    from skyhub.sandbox.local_scratch import start_time
+
+    return start_time(pid)
 
 
 def create(image: str | None = None, backend: str = "auto", cpus: float = 1.0,

@@ -12,29 +12,9 @@ warm `exec("true")` costs about 2 ms instead of a Docker exec (~70 ms). Snapshot
 kept in a root-owned directory inside the container (commands cannot tamper with the state a
 pool restores to); `restore` is two guest requests.
 
-What a restore gives back (the clean state a pool hands out):
-- skyhub's images, run as `sandbox`: every place that user can write is a tmpfs mount of
-  `disk_mb` (the workdir, /work, /tmp, /var/tmp, /run/lock, $HOME) or docker's /dev/shm, and
-  no other place in the image is writable to it. A snapshot saves them all, a restore kills
-  every process of the user (one kill(-1) from the guest, which runs as that uid) and puts
-  each place back, empties /dev/mqueue and removes the user's System V IPC objects.
-- other images as a non-root user: the same, over the places a walk of the image finds
-  writable (once per image and user, at the first sandbox). Their rootfs stays writable:
-  a tmpfs over a directory would hide what the image put there.
-- a root run user (root owns the image's files: it can change them all, and root without
-  capabilities cannot be told apart from pid 1's tree), an image without python3, or a
-  writable file or directory a restore cannot safely redo: `restore` replaces the container
-  with a new one from the image, keeping the snapshots (~0.5 s instead of ~25 ms). So does a
-  restore that fails in place (e.g. a tree the guest cannot remove).
-`restore(kill_processes=False)` puts back the workdir only: the processes it keeps may be
-using the other places.
-
-Disk: skyhub's images bound each writable place by its tmpfs size (`disk_mb`, default half of
-`memory_mb`; ENOSPC past it). tmpfs is RAM charged to the container's memory limit, so all of
-them together never take more than `memory_mb`. Other images keep a writable rootfs, which
-overlay2 can only bound on xfs with project quotas (`storage_opt`, used when `docker info`
-reports xfs); elsewhere each file a command or stream writes is bounded by RLIMIT_FSIZE
-(`disk_mb`; EFBIG or SIGXFSZ past it), not their sum.
+What a restore gives back (the clean state a pool hands out), how the disk is bounded, and
+why containers log nothing: `docker_layout`, which makes the container's spec and mounts and
+finds the places to put back. Containers carry `base.owner_labels()` for `docker_client.reap`.
 
 Interpreters: the guest runs `python3 -I -u` (isolated: no user site, no PYTHON* variables,
 no cwd on sys.path) from a root-owned path with a fixed HOME, so a hook a command plants
@@ -48,14 +28,8 @@ processes could be opened through /proc/<pid>/fd (same uid) before it turns undu
 answered for; in a root image its code and the stdlib are the agent's to rewrite. Root-run
 sandboxes keep their snapshots on the host too (root can rewrite those in the container).
 
-Logs: every container logs with Docker's `none` driver, so what a root command writes to
-/proc/1/fd/1 never reaches the host's disk (the default json-file log is unbounded).
-
 Budgets: replies over `max_reply_mb` (default 64 MiB; file transfers may be as big as the
 sandbox's disk and memory) break the channel instead of being buffered.
-
-Every container carries `base.owner_labels()`, so `reap()` removes those whose owner died
-(a process SIGKILLed before `close()` cannot remove its containers: that is reap's job).
 
 Over ~400 lines, for a reason: one backend, one class: what a sandbox does, done with a
 container and its guest.
@@ -66,18 +40,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
-import io
 import logging
 import posixpath
-import socket
-import tarfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
-from skyhub.sandbox import base, seccomp
+from skyhub.sandbox import base
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
 from skyhub.sandbox.docker_channel import (
     SNAPSHOT_DIR,
@@ -89,100 +60,28 @@ from skyhub.sandbox.docker_channel import (
     ReplyTooLarge,
     extract_as,
     guest_setup_tar,
+    reply_error,
     tar_dir_entry,
     tar_files,
     tar_one,
+    tar_owned,
+)
+from skyhub.sandbox.docker_client import get_client, storage_opt_refused, storage_opt_supported
+from skyhub.sandbox.docker_layout import (
+    FIND_PYTHON,
+    HOME,
+    WITH_FSIZE,
+    container_spec,
+    default_disk_mb,
+    image_places,
+    restore_plan,
+    tmpfs_fits,
+    tmpfs_places,
 )
 
 log = logging.getLogger(__name__)
 
-START_HINT = "start Docker with `bash scripts/services.sh` (or run `dockerd` as root)"
-_available = False
-_client: Any = None
-_client_lock = threading.Lock()
-_FILE_ERRORS = {"FileNotFoundError": FileNotFoundError, "IsADirectoryError": IsADirectoryError,
-                "NotADirectoryError": NotADirectoryError, "PermissionError": PermissionError,
-                "FileExistsError": FileExistsError, "OSError": OSError}
 DEFAULT_MAX_REPLY_MB = 64
-#: skyhub's images: the directories their `sandbox` user can write (besides the workdir,
-#: /work and $HOME), each a tmpfs mount; /dev/shm is docker's own tmpfs
-_TMPFS_PLACES = ("/tmp", "/var/tmp", "/run/lock")
-_HOME = "/home/sandbox"
-_PROTECTED = ("/opt/skyhub", "/proc", "/sys")  # never a place a restore empties
-# the first interpreter >= 3.8 in a root-owned location (the PATH's is the last resort)
-_FIND_PYTHON = ('for p in /usr/local/bin/python3 /usr/bin/python3 /usr/local/bin/python '
-                '/usr/bin/python "$(command -v python3)"; do [ -n "$p" ] && [ -x "$p" ] && '
-                '"$p" -I -c "import sys; sys.exit(sys.version_info < (3, 8))" 2>/dev/null && '
-                '{ echo "$p"; exit 0; }; done; exit 1')
-# runs a spawned program with RLIMIT_FSIZE (and the signals subprocess would reset)
-_WITH_FSIZE = ("import os, resource, signal, sys; n = int(sys.argv[1]); "
-               "resource.setrlimit(resource.RLIMIT_FSIZE, (n, n)); "
-               "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGPIPE, signal.SIGXFSZ)]; "
-               "os.execvp(sys.argv[2], sys.argv[2:])")
-_storage_opt: dict[int, bool] = {}  # id(client) -> whether the daemon bounds a rootfs's size
-_places_cache: dict[tuple[str, str, str], dict[str, list[str]]] = {}
-
-
-def docker_available(timeout: float = 3.0) -> bool:
-    """Whether a Docker daemon answers a ping. A True answer is cached for the process (a
-    daemon rarely goes away; `backend="auto"` asks often). Never raises."""
-    global _available
-    if _available:
-        return True
-    try:
-        import docker
-
-        client = docker.from_env(timeout=max(int(timeout), 1))
-        try:
-            _available = bool(client.ping())
-        finally:
-            client.close()
-    except Exception:
-        return False
-    return _available
-
-
-def default_disk_mb(memory_mb: int) -> int:
-    """`disk_mb` when none is given: half the memory (tmpfs is RAM), at least 64 MiB."""
-    return max(64, int(memory_mb) // 2)
-
-
-def _below(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def _storage_opt_supported(client: Any) -> bool:
-    """Whether `storage_opt={"size": ...}` can bound a container's rootfs here: overlay2 on
-    xfs (which must also be mounted with pquota: a create that fails says so, and then this
-    turns False for the process)."""
-    key = id(client)
-    if key not in _storage_opt:
-        try:
-            info = client.info()
-            backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "")
-            _storage_opt[key] = info.get("Driver") == "overlay2" and backing == "xfs"
-        except Exception:
-            _storage_opt[key] = False
-    return _storage_opt[key]
-
-
-def get_client() -> Any:
-    """The process's shared Docker client (thread-safe; connection pool sized for pools)."""
-    global _client
-    with _client_lock:
-        if _client is None:
-            try:
-                import docker
-            except ImportError as e:
-                raise SandboxUnavailable("the docker backend needs the Docker SDK: "
-                                         "pip install 'skyhub[docker]'") from e
-            try:
-                client = docker.from_env(timeout=120, max_pool_size=64)
-                client.ping()
-            except Exception as e:
-                raise SandboxUnavailable(f"no Docker daemon answers ({e}); {START_HINT}") from e
-            _client = client
-        return _client
 
 
 class DockerSandbox(Sandbox):
@@ -191,7 +90,7 @@ class DockerSandbox(Sandbox):
     `image=None` uses skyhub's default image (build it with `skyhub images build`); another
     image works too: the guest is copied in when it has python3 >= 3.8, else every call uses
     Docker's exec API (slow, tens of ms). `user` overrides the image's user for commands.
-    `disk_mb` bounds what commands can write (see the module docstring; default half of
+    `disk_mb` bounds what commands can write (see `docker_layout`; default half of
     `memory_mb`), `max_reply_mb` what the host buffers of one reply.
     """
 
@@ -244,10 +143,9 @@ class DockerSandbox(Sandbox):
         self.user = user if user is not None else (img.attrs.get("Config", {}).get("User") or "0")
         self._ours = self.image in {images.image_tag(n) for n in images.IMAGES}
         # skyhub's images as their own user: every writable place is a sized tmpfs
-        self._tmpfs = self._ours and self.user == "sandbox" and not any(
-            _below(self.workdir, p) or _below(p, self.workdir) for p in (*_TMPFS_PLACES, _HOME))
+        self._tmpfs = self._ours and self.user == "sandbox" and tmpfs_fits(self.workdir)
         self._python: str | None = "/usr/bin/python3" if self._ours else None
-        self._home: str | None = _HOME if self._tmpfs else None
+        self._home: str | None = HOME if self._tmpfs else None
         self._fsize: int | None = None if self._tmpfs else self.disk_mb << 20
         self._places: list[str] = []  # restored besides the workdir
         self._clear: list[str] = []   # emptied by a restore (message queue mounts)
@@ -256,33 +154,14 @@ class DockerSandbox(Sandbox):
         self.replaced = 0
         self.labels = base.owner_labels(pool)
         self.name = f"skyhub-{self.id}"
-        self._spec = dict(
-            name=self.name, labels=self.labels, init=True, user="0", working_dir=self.workdir,
-            hostname="sandbox", network_mode=None if network else "none",
-            nano_cpus=int(cpus * 1e9), mem_limit=f"{int(memory_mb)}m",
-            memswap_limit=f"{int(memory_mb)}m", pids_limit=int(pids),
-            shm_size=f"{min(self.disk_mb, 64)}m",
-            # nothing a command writes to pid 1's stdout (/proc/1/fd/1, as root) reaches the
-            # host's disk: Docker's default json-file log is unbounded
-            log_config={"type": "none", "config": {}})
         self.privileges = privileges
-        if privileges == "none":
-            # issue 28 (terminal): ptrace and process_vm_* denied (`skyhub.sandbox.seccomp`)
-            self._spec.update(cap_drop=["ALL"], security_opt=[
-                "no-new-privileges", seccomp.docker_security_opt()])
-        if env:
-            self._spec["environment"] = {str(k): str(v) for k, v in env.items()}
-        if volumes:
-            self._spec["volumes"] = list(volumes)
-        if entrypoint is not None:
-            self._spec["entrypoint"] = list(entrypoint)
+        self._spec = container_spec(
+            name=self.name, labels=self.labels, workdir=self.workdir, network=network,
+            cpus=cpus, memory_mb=memory_mb, pids=pids, disk_mb=self.disk_mb,
+            privileges=privileges, env=env, volumes=volumes, entrypoint=entrypoint,
+            tmpfs=self._tmpfs)
         self._command = list(command) if command else ["sleep", "infinity"]
         self._own_workdir = own_workdir
-        if self._tmpfs:
-            size = f"size={self.disk_mb}m,exec"
-            own = f"{size},uid=1000,gid=1000,mode=0755"
-            self._spec["tmpfs"] = {self.workdir: own, "/work": own, _HOME: own,
-                                   **{p: f"{size},mode=1777" for p in _TMPFS_PLACES}}
         self._create_container()
 
     def _create_container(self) -> None:
@@ -298,7 +177,7 @@ class DockerSandbox(Sandbox):
         import docker.errors
 
         spec = dict(self._spec)
-        if not self._tmpfs and _storage_opt_supported(self.client):
+        if not self._tmpfs and storage_opt_supported(self.client):
             spec["storage_opt"] = {"size": f"{self.disk_mb}m"}
         try:
             try:
@@ -307,7 +186,7 @@ class DockerSandbox(Sandbox):
             except docker.errors.APIError as e:
                 if "storage_opt" not in spec or "storage" not in str(e).lower():
                     raise
-                _storage_opt[id(self.client)] = False  # e.g. xfs without pquota
+                storage_opt_refused(self.client)  # e.g. xfs without pquota
                 spec.pop("storage_opt")
                 self.container = self.client.containers.create(self.image, self._command,
                                                                **spec)
@@ -348,7 +227,7 @@ class DockerSandbox(Sandbox):
         if not self._ours:
             self.container.put_archive("/", guest_setup_tar())
             if self._python is None:
-                code, out = self._root(["sh", "-c", _FIND_PYTHON])
+                code, out = self._root(["sh", "-c", FIND_PYTHON])
                 self._python = out.strip().splitlines()[-1] if code == 0 and out.strip() \
                     else ""
         writable = True
@@ -373,7 +252,7 @@ class DockerSandbox(Sandbox):
             self._start_guest()
             uid = self._chan.uid if self._chan else 0
             if self._tmpfs:  # $HOME is an empty tmpfs: what `useradd --create-home` put there
-                self._request({"op": "exec", "cmd": ["cp", "-a", "/etc/skel/.", _HOME],
+                self._request({"op": "exec", "cmd": ["cp", "-a", "/etc/skel/.", HOME],
                                "timeout": 60, "cwd": "/", "env": None, "stdin": None,
                                "max_output": 4096}, 90)
         else:
@@ -390,33 +269,16 @@ class DockerSandbox(Sandbox):
 
     def _find_places(self, uid: int) -> None:
         """Which places besides the workdir a restore puts back, and whether it can do so in
-        place (see the module docstring)."""
-        self._places, self._clear, self._in_place = [], [], True
+        place (see `docker_layout`)."""
         if self._fallback is not None or uid == 0:
-            self._in_place = False
-            return
-        if self._tmpfs:
-            self._places = [p for p in ("/work", _HOME, *_TMPFS_PLACES, "/dev/shm")
-                            if p != self.workdir]
-            self._clear = ["/dev/mqueue"]
-            return
-        key = (self._image_id, self.user, self.workdir)
-        found = _places_cache.get(key)
-        if found is None:  # walked once per image and user, in a container nobody used yet
-            found = self._request({"op": "places"}, 600)
-            found = {k: list(found.get(k) or []) for k in ("dirs", "files", "mqueue")}
-            _places_cache[key] = found
-        for d in found["dirs"]:
-            if _below(d, self.workdir):
-                continue
-            if d == "/" or _below(self.workdir, d) or any(_below(p, d) for p in _PROTECTED):
-                self._in_place = False  # emptying it would take the workdir or us along
-            elif d in found["mqueue"]:
-                self._clear.append(d)
-            else:
-                self._places.append(d)
-        if found["files"]:  # changeable files in directories a restore cannot rewrite
-            self._in_place = False
+            self._places, self._clear, self._in_place = [], [], False
+        elif self._tmpfs:
+            self._places, self._clear, self._in_place = tmpfs_places(self.workdir)
+        else:
+            found = image_places(
+                (self._image_id, self.user, self.workdir),
+                lambda: self._request({"op": "places"}, 600))
+            self._places, self._clear, self._in_place = restore_plan(found, self.workdir)
 
     def _start_guest(self) -> GuestChannel:
         import docker.errors
@@ -506,14 +368,7 @@ class DockerSandbox(Sandbox):
                                          f"{e}") from e
                     continue
                 if not reply.get("ok"):
-                    kind = _FILE_ERRORS.get(str(reply.get("type")))
-                    if kind is not None and isinstance(reply.get("errno"), int):
-                        raise kind(reply["errno"], str(reply.get("strerror") or ""),
-                                   *([str(reply["filename"])] if reply.get("filename") else []))
-                    if kind is not None:
-                        raise kind(reply.get("error", ""))
-                    raise InfraError(f"sandbox guest {req['op']!r} failed: "
-                                     f"{reply.get('type')}: {reply.get('error')}")
+                    raise reply_error(reply, req["op"])
                 return reply
         return None  # not reached
 
@@ -579,7 +434,7 @@ class DockerSandbox(Sandbox):
         argv = [str(a) for a in argv]
         if self._fsize is None or not self._python:
             return argv
-        return [self._python, "-I", "-c", _WITH_FSIZE, str(self._fsize), *argv]
+        return [self._python, "-I", "-c", WITH_FSIZE, str(self._fsize), *argv]
 
     # -- files -------------------------------------------------------------------------
     def write_file(self, path: str, data: str | bytes, mode: int | None = None) -> None:
@@ -611,19 +466,12 @@ class DockerSandbox(Sandbox):
         if not src.exists():
             raise FileNotFoundError(f"no such host file to upload: {src}")
         target = self._path(dest or ".")
-
-        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-            info.uid, info.gid, info.uname, info.gname = self._uid, self._gid, "", ""
-            return info
-
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(src, arcname="." if src.is_dir() else src.name, filter=owned)
+        data = tar_owned(src, self._uid, self._gid)
         if self._fallback is not None:
-            self._fallback.put(target, buf.getvalue())
+            self._fallback.put(target, data)
             return
         self._request({"op": "untar", "path": target,
-                       "data": base64.b64encode(buf.getvalue()).decode("ascii")}, 600)
+                       "data": base64.b64encode(data).decode("ascii")}, 600)
 
     def download(self, src: str, dest: str | Path) -> None:
         """A directory's contents go into the host directory `dest`; a file to
@@ -645,8 +493,8 @@ class DockerSandbox(Sandbox):
 
     # -- state -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        """Save the workdir and every other place a restore puts back (see the module
-        docstring), as tars in a root-owned directory of the container."""
+        """Save the workdir and every other place a restore puts back (see `docker_layout`),
+        as tars in a root-owned directory of the container."""
         snap = Snapshot(id=base.new_id("snap"), sandbox_id=self.id)
         files = [[self.workdir, f"{SNAPSHOT_DIR}/{snap.id}.tar"]]
         if self._fallback is not None:
@@ -672,8 +520,8 @@ class DockerSandbox(Sandbox):
 
     def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
         """Put back the workdir and, with `kill_processes`, every other writable place, after
-        killing every process of the sandbox's user (see the module docstring for how, and
-        when the container is replaced instead). A restore that fails in place (a tree the
+        killing every process of the sandbox's user (see `docker_layout` for how, and when the
+        container is replaced instead). A restore that fails in place (a tree the
         agent cannot take apart, a broken agent) replaces the container too; InfraError
         only when Docker cannot."""
         if snap.sandbox_id != self.id or snap.id not in self._snaps:
@@ -748,58 +596,4 @@ class DockerSandbox(Sandbox):
                 self.container.remove(force=True, v=True)
 
 
-# ------------------------------------------------------------------------ orphans
-def list_sandboxes(client: Any = None) -> list[dict[str, Any]]:
-    """Every container labeled as a skyhub sandbox, on this daemon, with its owner (labels
-    that do not parse read as unknown: such a container is never an orphan)."""
-    client = client or get_client()
-    out = []
-    for c in client.api.containers(all=True, filters={"label": f"{base.LABEL}=1"}):
-        labels = c.get("Labels") or {}
-        pid = str(labels.get(base.LABEL_OWNER_PID, ""))
-        try:
-            created = float(labels.get(base.LABEL_CREATED, "0"))
-        except ValueError:
-            created = float("inf")  # unknown age: never old enough
-        names = c.get("Names") or [""]
-        out.append({"id": c.get("Id", ""), "name": names[0].lstrip("/"), "labels": labels,
-                    "status": c.get("State", ""),
-                    "owner_pid": int(pid) if pid.isdigit() else None,
-                    "owner_host": labels.get(base.LABEL_OWNER_HOST, ""), "created": created})
-    return out
-
-
-def reap(older_than_s: float = 0.0, dry_run: bool = False,
-         errors: list[str] | None = None) -> list[str]:
-    """Remove sandbox containers whose owner process (on this host) is dead and that were
-    created more than `older_than_s` seconds ago; return their names. Containers owned by
-    another host are left alone: their owner's liveness cannot be checked from here. A
-    container that cannot be removed is skipped, never the end of the reaping: it goes to
-    `errors` ("docker:name: why"), or to the log when `errors` is None."""
-    import docker.errors
-
-    client = get_client()
-    host, now, removed = socket.gethostname(), time.time(), []
-    for sb in list_sandboxes(client):
-        pid = sb["owner_pid"]
-        if sb["owner_host"] != host or pid is None or base.pid_alive(pid):
-            continue
-        if now - sb["created"] < older_than_s:
-            continue
-        if not dry_run:
-            try:
-                client.api.remove_container(sb["id"], force=True, v=True)
-            except docker.errors.NotFound:
-                continue
-            except Exception as e:
-                if errors is None:
-                    log.warning("reap: cannot remove sandbox container %s (%s); skipped",
-                                sb["name"], e)
-                else:
-                    errors.append(f"docker:{sb['name']}: {type(e).__name__}: {e}")
-                continue
-        removed.append(sb["name"])
-    return removed
-
-
-__all__ = ["DockerSandbox", "docker_available", "get_client", "list_sandboxes", "reap"]
+__all__ = ["DockerSandbox"]

@@ -1,7 +1,7 @@
 """How DockerSandbox talks to its container: a persistent guest (skyhub's in-sandbox daemon),
 or Docker's exec API.
 
-`GuestChannel` keeps one `python3 -I -u /opt/skyhub/guest.py` process per container, started
+`GuestChannel` keeps one `python3 -I -u /opt/skyhub/guest.pyz` process per container, started
 with Docker's low-level exec API and attached through a hijacked socket. A request is one
 length-prefixed JSON message (the guest's own framing), so `exec("true")` costs a round trip
 plus a fork inside the container instead of a Docker exec (~70 ms). The interpreter runs
@@ -37,13 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from skyhub.errors import ChannelBroken, ChannelTimeout, InfraError, ReplyTooLarge
-from skyhub.sandbox import guest as _guest
+from skyhub.sandbox import guest_app
 from skyhub.sandbox.base import Channel, Stream
 from skyhub.sandbox.extract import extract
+from skyhub.sandbox.guest.procs import Capped
+from skyhub.sandbox.guest.server import write_message
 
 log = logging.getLogger(__name__)
 
-GUEST_PATH = "/opt/skyhub/guest.py"
+GUEST_PATH = "/opt/skyhub/guest.pyz"  # the guest's zipapp (`guest_app`)
 #: root-owned, outside every place a command can write (and outside /tmp, a tmpfs mount in
 #: skyhub's images): written by the daemon, read by the guest, changed by neither
 SNAPSHOT_DIR = "/opt/skyhub/snapshots"
@@ -132,7 +134,7 @@ class _Writer:
 
 class GuestChannel(Channel):
     """One persistent process in a container speaking the guest's framing: the guest itself
-    (the default `argv`: `python -I -u guest.py`, with `home` as HOME) or anything
+    (the default `argv`: `python -I -u guest.pyz`, with `home` as HOME) or anything
     `DockerSandbox.spawn` starts. Replies over `max_reply` bytes break the channel. Not
     thread-safe: the sandbox holds a lock around `request`."""
 
@@ -171,7 +173,7 @@ class GuestChannel(Channel):
         and so does a reply over `max_bytes` (default: the channel's `max_reply`)."""
         self._seq += 1
         self.sock.settimeout(timeout)
-        _guest.write_message(self._writer, dict(req, id=self._seq))
+        write_message(self._writer, dict(req, id=self._seq))
         limit = self.max_reply if max_bytes is None else max_bytes
         self._reader.max_frame = limit
         header = self._reader.read(4)
@@ -317,7 +319,7 @@ class ExecFallback:
 def _read_stream_split(sock: socket.socket, limit: int,
                        deadline: float | None) -> tuple[bytes, bytes]:
     """Read a multiplexed exec stream to its end, capping stdout and stderr separately."""
-    out, err = _guest._Capped(limit), _guest._Capped(limit)
+    out, err = Capped(limit), Capped(limit)
     raw = bytearray()
     while True:
         if deadline is not None:
@@ -382,6 +384,37 @@ def extract_as(data: bytes, prefix: str, name: str, dest: Path) -> list[str]:
     return extract(data, dest, prefix=prefix, name=name)
 
 
+#: the guest's error types a request raises again on the host as themselves
+_FILE_ERRORS = {"FileNotFoundError": FileNotFoundError, "IsADirectoryError": IsADirectoryError,
+                "NotADirectoryError": NotADirectoryError, "PermissionError": PermissionError,
+                "FileExistsError": FileExistsError, "OSError": OSError}
+
+
+def reply_error(reply: dict[str, Any], op: str) -> Exception:
+    """The exception a failed guest reply stands for: the same OSError (errno, filename) for
+    a file error, InfraError for anything else."""
+    kind = _FILE_ERRORS.get(str(reply.get("type")))
+    if kind is not None and isinstance(reply.get("errno"), int):
+        return kind(reply["errno"], str(reply.get("strerror") or ""),
+                    *([str(reply["filename"])] if reply.get("filename") else []))
+    if kind is not None:
+        return kind(reply.get("error", ""))
+    return InfraError(f"sandbox guest {op!r} failed: {reply.get('type')}: {reply.get('error')}")
+
+
+def tar_owned(src: Path, uid: int, gid: int) -> bytes:
+    """A tar of the host path `src` (a directory as ".", a file by its name) whose members
+    belong to `uid`:`gid` (what an upload gives the sandbox's user)."""
+    def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+        return info
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(src, arcname="." if src.is_dir() else src.name, filter=owned)
+    return buf.getvalue()
+
+
 def guest_setup_tar() -> bytes:
     """The guest and a root-owned snapshot directory, for images that are not skyhub's."""
     buf = io.BytesIO()
@@ -390,7 +423,7 @@ def guest_setup_tar() -> bytes:
             entry = tarfile.TarInfo(d.lstrip("/"))
             entry.type, entry.mode, entry.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
             tar.addfile(entry)
-        src = Path(_guest.__file__).read_bytes()
+        src = guest_app.zipapp()
         info = tarfile.TarInfo(GUEST_PATH.lstrip("/"))
         info.size, info.mode, info.mtime = len(src), 0o644, int(time.time())
         tar.addfile(info, io.BytesIO(src))

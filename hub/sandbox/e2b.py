@@ -57,7 +57,8 @@ from skyhub.sandbox.base import (
     pid_alive,
 )
 from skyhub.sandbox.extract import extract
-from skyhub.sandbox.guest import _Capped, tar_bytes
+from skyhub.sandbox.guest.procs import Capped
+from skyhub.sandbox.guest.tars import tar_bytes
 
 DEFAULT_TEMPLATE = "base"
 DEFAULT_USER = "user"  # E2B's default (unprivileged, passwordless sudo) user
@@ -143,7 +144,7 @@ class E2BSandbox(Sandbox):
                   f"cd -- {_q(self._path(cwd) if cwd else self.workdir)} || exit 1; {run}")
         if stdin_path:
             script += f"; rc=$?; rm -f -- {_q(stdin_path)}; exit $rc"
-        out, err = _Capped(self.max_output), _Capped(self.max_output)
+        out, err = Capped(self.max_output), Capped(self.max_output)
         timed_out = False
         start = time.monotonic()
         with self._sdk_errors("exec"):

@@ -5,26 +5,26 @@ declares it with a `skyhub.images` entry point, `name = "<package>:<directory>"`
 inside the package, found without importing the package), e.g. the Python family's `python`
 image (pyproject.toml). The first comment line of its Dockerfile describes it.
 
-A tag's version is a short hash of the image directory's files and of `guest.py`, so any edit
-to a Dockerfile (or to the guest, the in-sandbox daemon the image embeds) yields a new tag: a
-stale image is never used by mistake, and `build()` only builds what is missing.
+A tag's version is a short hash of the image directory's files and of `guest.pyz` (the zipapp
+of the guest package, `guest_app`), so any edit to a Dockerfile or to any module of the guest
+(the in-sandbox daemon the image embeds) yields a new tag: a stale image is never used by
+mistake, and `build()` only builds what is missing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import shutil
 import sys
 import tempfile
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import SandboxUnavailable
+from skyhub.errors import SandboxUnavailable, UsageError
+from skyhub.sandbox import guest_app
 
 IMAGES_DIR = Path(__file__).parent / "images"
-GUEST_FILE = Path(__file__).parent / "guest.py"
 BASE_IMAGE = "debian:bookworm-slim"
 ENTRY_POINT_GROUP = "skyhub.images"
 LABEL_IMAGE = "skyhub.image"
@@ -66,22 +66,24 @@ def _image_dir(name: str) -> Path:
     if name in CORE_IMAGES:
         return IMAGES_DIR / name
     if name not in IMAGE_DIRS:
-        raise ValueError(f"unknown skyhub image {name!r}; known: {sorted(IMAGES)}")
+        raise UsageError(f"unknown skyhub image {name!r}; known: {sorted(IMAGES)}")
     return IMAGE_DIRS[name]
 
 
-def _context_files(name: str) -> list[tuple[str, Path]]:
-    """(name in the build context, source file) for every file the image is built from."""
+def _context_files(name: str) -> list[tuple[str, bytes]]:
+    """(name in the build context, contents) for every file the image is built from: the
+    image directory's files and the guest's zipapp."""
     root = _image_dir(name)
-    files = [(p.relative_to(root).as_posix(), p) for p in sorted(root.rglob("*")) if p.is_file()]
-    return [*files, ("guest.py", GUEST_FILE)]
+    files = [(p.relative_to(root).as_posix(), p.read_bytes())
+             for p in sorted(root.rglob("*")) if p.is_file()]
+    return [*files, (guest_app.APP_NAME, guest_app.zipapp())]
 
 
 def image_version(name: str = "default") -> str:
     """A 12-hex-digit hash of what goes into the image (file names and contents)."""
     h = hashlib.sha256()
-    for rel, path in _context_files(name):
-        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    for rel, data in _context_files(name):
+        h.update(rel.encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:12]
 
 
@@ -104,11 +106,11 @@ def build(names: list[str] | None = None, *, quiet: bool = False,
           client: Any = None) -> list[str]:
     """Build the images in `names` (default: all) that are not built yet; return their tags.
 
-    The context is a temporary directory with the image directory's files and `guest.py`, so
-    Dockerfiles can `COPY guest.py`. Docker Hub may be unreachable: the base image must be
+    The context is a temporary directory with the image directory's files and `guest.pyz`,
+    so Dockerfiles can `COPY guest.pyz`. Docker Hub may be unreachable: the base image must be
     present locally (`bash scripts/services.sh` seeds it).
     """
-    from skyhub.sandbox.docker import get_client
+    from skyhub.sandbox.docker_client import get_client
 
     client = client or get_client()
     say = (lambda _msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -131,10 +133,10 @@ def build(names: list[str] | None = None, *, quiet: bool = False,
 
 def _build_one(client: Any, name: str, tag: str, say: Any) -> None:
     with tempfile.TemporaryDirectory(prefix="skyhub-image-") as ctx:
-        for rel, src in _context_files(name):
+        for rel, data in _context_files(name):
             dest = Path(ctx) / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
+            dest.write_bytes(data)
         log: list[str] = []
         stream = client.api.build(path=ctx, tag=tag, rm=True, forcerm=True, pull=False,
                                   decode=True, labels={LABEL_IMAGE: name})
@@ -159,6 +161,6 @@ __all__ = ["BASE_IMAGE", "IMAGES", "IMAGE_DIRS", "build", "image_tag", "image_ve
 
 def is_built(tag: str, client: Any = None) -> bool:
     """Whether the image `tag` exists in the local Docker daemon."""
-    from skyhub.sandbox.docker import get_client
+    from skyhub.sandbox.docker_client import get_client
 
     return _has_image(client or get_client(), tag)

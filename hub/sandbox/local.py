@@ -81,9 +81,10 @@ from pathlib import Path
 
 from skyhub.errors import SandboxUnavailable, SkyhubError, UsageError
 from skyhub.sandbox import base as _b
-from skyhub.sandbox import guest, local_cgroup, seccomp
+from skyhub.sandbox import local_cgroup, seccomp
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
 from skyhub.sandbox.extract import extract
+from skyhub.sandbox.guest import procs, tars, trees
 from skyhub.sandbox.local_cgroup import MemoryCgroup
 from skyhub.sandbox.local_scratch import (
     ENV_DIR,
@@ -335,7 +336,7 @@ class LocalSandbox(Sandbox):
              env: dict[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
         self._check_open()
         full_env, wrap, host_cwd = self._launch(cwd, env)
-        r = guest.run_command(cmd, timeout=timeout, cwd=host_cwd, env=full_env,
+        r = procs.run_command(cmd, timeout=timeout, cwd=host_cwd, env=full_env,
                               stdin=None if stdin is None else as_bytes(stdin),
                               max_output=self.max_output, preexec_fn=self._limits(), wrap=wrap)
         return ExecResult.from_guest(r)
@@ -535,10 +536,10 @@ class LocalSandbox(Sandbox):
         src = Path(src)
         if not src.exists():
             raise FileNotFoundError(errno.ENOENT, "no such file to upload", str(src))
-        data = guest.tar_bytes(str(src), arcname="." if src.is_dir() else src.name)
+        data = tars.tar_bytes(str(src), arcname="." if src.is_dir() else src.name)
         fd = self._open_dir(self._resolve(dest or self.workdir), create=True)
         try:  # below a descriptor, never through a symlink, owned by the sandbox's uid
-            guest.untar_at(data, fd, None if self.uid is None else (self.uid, self.uid))
+            tars.untar_at(data, fd, None if self.uid is None else (self.uid, self.uid))
         finally:
             os.close(fd)
 
@@ -557,7 +558,7 @@ class LocalSandbox(Sandbox):
                 raise FileNotFoundError(errno.ENOENT, "no such path in the sandbox", src
                                         ) from None
             arcname = "." if is_dir else posixpath.basename(self._path(src))
-            data = guest.tar_bytes(name, arcname, dir_fd=dfd)
+            data = tars.tar_bytes(name, arcname, dir_fd=dfd)
         finally:
             os.close(dfd)
         # the sandbox's tree is the agent's: links leaving it are left out, never copied
@@ -568,7 +569,7 @@ class LocalSandbox(Sandbox):
     def snapshot(self) -> Snapshot:
         self._check_open()
         snap = Snapshot(_b.new_id("snap"), self.id)
-        guest.snapshot_dir(str(self._work), str(self._snaps / f"{snap.id}.tar"))
+        tars.snapshot_dir(str(self._work), str(self._snaps / f"{snap.id}.tar"))
         return snap
 
     def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
@@ -586,7 +587,7 @@ class LocalSandbox(Sandbox):
             if kill_processes:
                 self.kill_processes()
                 self._clear_outside_workdir()
-            guest.restore_dir(str(self._work), str(tar),
+            tars.restore_dir(str(self._work), str(tar),
                               owner=None if self.uid is None else (self.uid, self.uid))
         except OSError as e:
             raise SkyhubError(f"sandbox {self.id} could not be restored ({e}); close it and "
@@ -596,7 +597,7 @@ class LocalSandbox(Sandbox):
         """Without bwrap, what the sandbox's processes (dead by now) left outside the workdir:
         its scratch /tmp and, with its own uid, its files in the host's /tmp, /dev/shm..."""
         if self.bwrap is None:
-            guest.clear_dir(str(self._root / "tmp"))
+            trees.clear_dir(str(self._root / "tmp"))
             remove_owned(self.uid)
 
     def kill_processes(self) -> None:

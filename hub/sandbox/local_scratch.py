@@ -22,7 +22,7 @@ from pathlib import Path
 
 from skyhub.errors import SandboxUnavailable
 from skyhub.sandbox import base as _b
-from skyhub.sandbox import guest
+from skyhub.sandbox.guest import procs, trees
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def kill_sandbox(sandbox_id: str, uid: int | None) -> None:
             try:
                 with open(f"/proc/{entry}/environ", "rb") as f:
                     if marker in f.read().split(b"\0"):
-                        guest.kill_tree(int(entry))
+                        procs.kill_tree(int(entry))
             except OSError:
                 pass
     if not is_sandbox_uid(uid) or os.geteuid() != 0:
@@ -132,7 +132,7 @@ def kill_sandbox(sandbox_id: str, uid: int | None) -> None:
 def remove_tree(path: str | Path) -> None:
     """Remove a scratch dir whatever its depth, modes or symlinks (none is followed); OSError
     when something cannot be removed."""
-    guest.remove_tree(str(path))
+    trees.remove_tree(str(path))
 
 
 def rmtree(path: str | Path) -> None:
@@ -153,7 +153,7 @@ def remove_owned(uid: int | None, dirs: tuple[str, ...] = SHARED_WRITABLE) -> No
         for name in names:
             try:
                 if os.stat(os.path.join(d, name), follow_symlinks=False).st_uid == uid:
-                    guest.remove_tree(os.path.join(d, name))
+                    trees.remove_tree(os.path.join(d, name))
             except OSError:
                 pass
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from skyhub.errors import ChannelBroken, ChannelTimeout
-from skyhub.sandbox import guest
 from skyhub.sandbox.base import Channel, Stream
+from skyhub.sandbox.guest.procs import kill_tree
 
 #: The largest reply a `PipeChannel` accepts by default (bytes of one frame's JSON body).
 DEFAULT_MAX_FRAME = 64 << 20
@@ -91,7 +91,7 @@ class PipeStream(Stream):
             self.proc.stdin.close()  # type: ignore[union-attr]
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=2)
-        guest.kill_tree(self.pid)
+        kill_tree(self.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         with contextlib.suppress(OSError, ValueError):

@@ -40,11 +40,11 @@ def reap(older_than_s: float = 0.0, *, dry_run: bool = False,
         return local_scratch.reap(older_than_s=older_than_s, dry_run=dry_run, errors=problems)
 
     def docker_orphans() -> list[str]:
-        from skyhub.sandbox import docker
+        from skyhub.sandbox import docker_client
 
-        if not docker.docker_available():
+        if not docker_client.docker_available():
             return []
-        return docker.reap(older_than_s=older_than_s, dry_run=dry_run)
+        return docker_client.reap(older_than_s=older_than_s, dry_run=dry_run)
 
     def e2b_orphans() -> list[str]:
         from skyhub.sandbox import e2b

@@ -39,7 +39,7 @@ IN_SANDBOX = {
 #: sees one, and a class in `skyhub.errors` would advertise something nobody can catch. The
 #: test checks that the module itself catches each one. Today these are: the vector
 #: executors' `_Terminated` (SIGTERM unwinding a worker), the OpenAI agent's `_Transient` (an
-#: attempt worth retrying), the remote server's `_ProtocolError`/`_OpTimeout`/`_ThreadGone`
+#: attempt worth retrying), the remote server's `_ProtocolError`/`_OpTimeout`
 #: (turned into error replies or a closed session), SQL synth's `_NotApplicable` (draw another
 #: template), the Python family's `_SandboxFailed`/`_Unparseable`/`_BadReply` (graded as an
 #: infra error, compared as a string, a broken kernel), and the Tinker server's

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from skyhub.remote.server import UvicornThread, is_loopback
+from skyhub.remote.guard import is_loopback
+from skyhub.remote.http_server import UvicornThread
 from skyhub.trainer.tinker.routes import POLL_S, create_app
 from skyhub.trainer.tinker.service import (
     EPHEMERAL_PER_MODEL,

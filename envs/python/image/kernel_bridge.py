@@ -41,12 +41,13 @@ import time
 import uuid
 
 _here = os.path.dirname(os.path.abspath(__file__))
-# skyhub's guest: beside this file in images and sandboxes (runtime.py copies both there);
-# run from where it is installed, the core's copy: three levels up, then hub/sandbox (a
-# checkout: envs/python/image) or sandbox (a wheel: skyhub/envs/python/image)
+# skyhub's guest package: its zipapp beside this file in images and sandboxes (runtime.py
+# copies both there); run from where it is installed, the core's package: three levels up,
+# then hub/sandbox (a checkout: envs/python/image) or sandbox (a wheel: skyhub/envs/python/image)
 _top = os.path.dirname(os.path.dirname(os.path.dirname(_here)))
-sys.path[:0] = [_here, os.path.join(_top, "hub", "sandbox"), os.path.join(_top, "sandbox")]
-import guest  # noqa: E402
+sys.path[:0] = [os.path.join(_here, "guest.pyz"), os.path.join(_top, "hub", "sandbox"),
+                os.path.join(_top, "sandbox")]
+from guest import harden, procs, server  # noqa: E402
 
 MARKER = "SKYHUB_KERNEL"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -177,7 +178,7 @@ class Kernel:
         """SIGKILL the kernel and everything it started, now; `cleanup` may come later."""
         self.kill_children()
         if self.pid:
-            guest.kill_tree(self.pid)
+            procs.kill_tree(self.pid)
 
     def cleanup(self):
         """Close the client's sockets and remove the kernel's files (slow-ish: ~0.1 s)."""
@@ -250,7 +251,7 @@ class Bridge:
             self.fresh_kernel()
         k = self.current
         start = time.monotonic()
-        out, err = guest._Capped(max_output), guest._Capped(max_output)
+        out, err = procs.Capped(max_output), procs.Capped(max_output)
         results, error = [], None
         # stop_on_error=False: after a cell that errors (our own interrupt included) ipykernel
         # 6 aborts every request that arrives before its zero-delay callback runs, so under
@@ -304,13 +305,13 @@ class Bridge:
         result = "\n".join(results)
         if len(result) > max_output:
             cut = len(result) - max_output
-            result = result[:max_output // 2] + guest.TRUNCATION_MARKER.format(n=cut) + \
+            result = result[:max_output // 2] + procs.TRUNCATION_MARKER.format(n=cut) + \
                 result[-(max_output // 2):]
         if error:
             for key in ("ename", "evalue", "traceback"):
                 text = str(error[key])
                 if len(text) > max_output:
-                    text = text[:max_output // 2] + guest.TRUNCATION_MARKER.format(
+                    text = text[:max_output // 2] + procs.TRUNCATION_MARKER.format(
                         n=len(text) - max_output) + text[-(max_output // 2):]
                 error[key] = text
         return {"ok": True, "stdout": out.value().decode("utf-8", "replace"),
@@ -365,19 +366,19 @@ class Bridge:
 
 
 def main():
-    guest.make_undumpable()
+    harden.make_undumpable()
     setup_dirs()
     bridge = Bridge()
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     try:
         while True:
-            req = guest.read_message(inp)
+            req = server.read_message(inp)
             if req is None:
                 return
             reply = bridge.handle(req)
             if "id" in req:
                 reply["id"] = req["id"]
-            guest.write_message(out, reply)
+            server.write_message(out, reply)
     finally:
         bridge.close()
 

@@ -128,7 +128,7 @@ def server(runs: list[Run], sock: socket.socket, log_level: str = "warning", *,
     head deadline, a connection cap: `skyhub.remote.guard`); `.run(sockets=[sock])` runs it."""
     import uvicorn
 
-    from skyhub.remote.server import uvicorn_config
+    from skyhub.remote.http_server import uvicorn_config
 
     host = sock.getsockname()[0]
     app = create_app(runs, allow_hosts=allow_hosts, allow_origins=allow_origins,

@@ -35,7 +35,8 @@ from websockets.sync.client import connect
 from skyhub.errors import UsageError
 from skyhub.remote.client import make_remote
 from skyhub.remote.guard import CallerPolicy, host_name
-from skyhub.remote.server import ServerThread, UvicornThread
+from skyhub.remote.http_server import UvicornThread
+from skyhub.remote.server import ServerThread
 
 pytestmark = pytest.mark.hostile
 

@@ -10,7 +10,7 @@ import pytest
 
 from skyhub.errors import UsageError
 from skyhub.sandbox import Sandbox, create
-from skyhub.sandbox.guest import TRUNCATION_MARKER
+from skyhub.sandbox.guest.procs import TRUNCATION_MARKER
 
 
 @pytest.fixture(params=["local", "docker"])

@@ -18,7 +18,7 @@ import pytest
 
 from skyhub.errors import InfraError, SandboxUnavailable, SkyhubError
 from skyhub.sandbox import base, images
-from skyhub.sandbox import docker as dsb
+from skyhub.sandbox import docker_client as dsb
 from skyhub.sandbox.docker import DockerSandbox
 from skyhub.sandbox.docker_channel import SNAPSHOT_DIR
 
@@ -128,7 +128,7 @@ import base64, json, os, struct, time
 me = str(os.getpid())
 for p in os.listdir("/proc"):
     try:
-        if p != me and b"guest.py" in open(f"/proc/{p}/cmdline", "rb").read():
+        if p != me and b"guest.pyz" in open(f"/proc/{p}/cmdline", "rb").read():
             agent = p
     except OSError:
         pass

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from skyhub.sandbox import guest
+from skyhub.sandbox import guest_app
+from skyhub.sandbox.guest import procs, tars, trees
+from skyhub.sandbox.guest import server as wire
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
 from proc_helpers import processes_with, unique_seconds
@@ -33,36 +35,36 @@ from proc_helpers import processes_with, unique_seconds
     ("kill -15 $$", 128 + 15),
 ])
 def test_exit_codes_follow_shell_conventions(cmd: str | list[str], code: int) -> None:
-    assert guest.run_command(cmd, timeout=10)["exit_code"] == code
+    assert procs.run_command(cmd, timeout=10)["exit_code"] == code
 
 
 def test_missing_program_explains_itself() -> None:
-    r = guest.run_command(["no-such-program-skyhub"], timeout=10)
+    r = procs.run_command(["no-such-program-skyhub"], timeout=10)
     assert b"no-such-program-skyhub" in r["stderr"]
 
 
 def test_stdin_env_and_cwd_reach_the_command(tmp_path: Path) -> None:
     (tmp_path / "here.txt").write_text("x")
-    r = guest.run_command("cat; echo \"$GREETING\"; ls", timeout=10, cwd=str(tmp_path),
+    r = procs.run_command("cat; echo \"$GREETING\"; ls", timeout=10, cwd=str(tmp_path),
                           env={"GREETING": "hello", "PATH": os.environ["PATH"]}, stdin=b"fed\n")
     assert r["stdout"] == b"fed\nhello\nhere.txt\n"
     assert r["exit_code"] == 0 and not r["timed_out"]
 
 
 def test_argv_commands_are_not_shell_interpreted() -> None:
-    r = guest.run_command(["echo", "$HOME", "a;b"], timeout=10)
+    r = procs.run_command(["echo", "$HOME", "a;b"], timeout=10)
     assert r["stdout"] == b"$HOME a;b\n"
 
 
 def test_stderr_is_kept_apart_from_stdout() -> None:
-    r = guest.run_command("echo out; echo err >&2", timeout=10)
+    r = procs.run_command("echo out; echo err >&2", timeout=10)
     assert (r["stdout"], r["stderr"]) == (b"out\n", b"err\n")
 
 
 def test_timeout_kills_the_whole_tree_including_a_setsid_child() -> None:
     secs = unique_seconds()
     start = time.monotonic()
-    r = guest.run_command(f"setsid sleep {secs} & sleep {secs}; echo never", timeout=1)
+    r = procs.run_command(f"setsid sleep {secs} & sleep {secs}; echo never", timeout=1)
     elapsed = time.monotonic() - start
     assert r["timed_out"] and r["exit_code"] == 128 + 9
     assert b"never" not in r["stdout"]
@@ -73,21 +75,21 @@ def test_timeout_kills_the_whole_tree_including_a_setsid_child() -> None:
 
 def test_output_beyond_the_cap_keeps_head_and_tail_and_counts_the_rest() -> None:
     total, cap = 3_000_000, 1000
-    r = guest.run_command(
+    r = procs.run_command(
         f"{sys.executable} -c \"import sys; sys.stdout.write('H' * 600 + 'm' * "
         f"({total} - 1200) + 'T' * 600)\"", timeout=30, max_output=cap)
     out = r["stdout"]
-    marker = guest.TRUNCATION_MARKER.format(n=total - cap).encode()
+    marker = procs.TRUNCATION_MARKER.format(n=total - cap).encode()
     assert out == b"H" * 500 + marker + b"T" * 500
 
 
 def test_output_under_the_cap_is_untouched() -> None:
-    r = guest.run_command("printf abc", timeout=10, max_output=1000)
+    r = procs.run_command("printf abc", timeout=10, max_output=1000)
     assert r["stdout"] == b"abc"
 
 
 def test_binary_output_survives_byte_for_byte() -> None:
-    r = guest.run_command([sys.executable, "-c",
+    r = procs.run_command([sys.executable, "-c",
                            "import sys; sys.stdout.buffer.write(bytes(range(256)) * 4)"],
                           timeout=10)
     assert r["stdout"] == bytes(range(256)) * 4
@@ -97,7 +99,7 @@ def test_preexec_fn_and_wrap_are_applied() -> None:
     def limit_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100))
 
-    r = guest.run_command("echo $WRAPPED; ulimit -n", timeout=10, preexec_fn=limit_files,
+    r = procs.run_command("echo $WRAPPED; ulimit -n", timeout=10, preexec_fn=limit_files,
                           wrap=["env", "WRAPPED=yes"])
     assert r["stdout"] == b"yes\n100\n"
 
@@ -133,13 +135,13 @@ def test_restore_dir_gives_back_exactly_the_snapshot(tmp_path: Path) -> None:
     work.mkdir()
     make_tree(work)
     before = tree(work)
-    guest.snapshot_dir(str(work), str(snap))
+    tars.snapshot_dir(str(work), str(snap))
     (work / "run.sh").write_text("changed")
     (work / "src" / "pkg" / "mod.py").unlink()
     (work / "new-dir").mkdir()
     (work / "new-dir" / "new.txt").write_text("new")
     (work / "empty").rmdir()
-    guest.restore_dir(str(work), str(snap))
+    tars.restore_dir(str(work), str(snap))
     assert tree(work) == before
     assert os.access(work / "run.sh", os.X_OK)
 
@@ -147,7 +149,7 @@ def test_restore_dir_gives_back_exactly_the_snapshot(tmp_path: Path) -> None:
 def test_clear_dir_keeps_the_directory_itself(tmp_path: Path) -> None:
     make_tree(tmp_path)
     tmp_path.chmod(0o750)
-    guest.clear_dir(str(tmp_path))
+    trees.clear_dir(str(tmp_path))
     assert list(tmp_path.iterdir()) == []
     assert tmp_path.stat().st_mode & 0o777 == 0o750
 
@@ -159,7 +161,7 @@ def test_clear_dir_removes_directories_made_unreadable(tmp_path: Path) -> None:
     (tmp_path / "locked" / "inner" / "f").write_text("x")
     (tmp_path / "locked" / "inner").chmod(0o500)
     (tmp_path / "locked").chmod(0o000)
-    guest.clear_dir(str(tmp_path))
+    trees.clear_dir(str(tmp_path))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -167,7 +169,7 @@ def test_tar_round_trip_copies_a_tree(tmp_path: Path) -> None:
     src, dest = tmp_path / "src", tmp_path / "dest"
     src.mkdir()
     make_tree(src)
-    guest.untar_bytes(guest.tar_bytes(str(src)), str(dest))
+    tars.untar_bytes(tars.tar_bytes(str(src)), str(dest))
     assert tree(dest) == tree(src)
 
 
@@ -184,7 +186,7 @@ def evil_tar(name: str) -> bytes:
 def test_untar_refuses_paths_that_leave_the_destination(tmp_path: Path, name: str) -> None:
     dest = tmp_path / "dest"
     with pytest.raises((ValueError, tarfile.TarError)):
-        guest.untar_bytes(evil_tar(name), str(dest))
+        tars.untar_bytes(evil_tar(name), str(dest))
     assert not (tmp_path / "escaped.txt").exists()
 
 
@@ -194,15 +196,23 @@ def test_untar_refuses_writing_through_a_symlink_out_of_the_destination(tmp_path
     outside.mkdir()
     (dest / "out").symlink_to(outside)
     with pytest.raises((ValueError, tarfile.TarError)):
-        guest.untar_bytes(evil_tar("out/escaped.txt"), str(dest))
+        tars.untar_bytes(evil_tar("out/escaped.txt"), str(dest))
     assert list(outside.iterdir()) == []
 
 
 # ----------------------------------------------------------------------- the JSON server
+@pytest.fixture(scope="module")
+def guest_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The guest's zipapp as sandboxes get it (in a dir named guest-app<N>: see .ci/run)."""
+    path = tmp_path_factory.mktemp("guest-app") / guest_app.APP_NAME
+    path.write_bytes(guest_app.zipapp())
+    return path
+
+
 @pytest.fixture
-def server() -> Iterator[subprocess.Popen]:
-    """`python guest.py` speaking the wire protocol over its stdin/stdout."""
-    proc = subprocess.Popen([sys.executable, guest.__file__], stdin=subprocess.PIPE,
+def server(guest_pyz: Path) -> Iterator[subprocess.Popen]:
+    """`python3 -I -u guest.pyz` speaking the wire protocol over its stdin/stdout."""
+    proc = subprocess.Popen([sys.executable, "-I", "-u", str(guest_pyz)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE)
     yield proc
     proc.stdin.close()
@@ -213,8 +223,8 @@ def server() -> Iterator[subprocess.Popen]:
 
 
 def call(proc: subprocess.Popen, **req: object) -> dict:
-    guest.write_message(proc.stdin, req)
-    reply = guest.read_message(proc.stdout)
+    wire.write_message(proc.stdin, req)
+    reply = wire.read_message(proc.stdout)
     assert reply is not None, "the guest closed its output"
     return reply
 
@@ -273,7 +283,7 @@ def test_server_snapshots_and_restores(server: subprocess.Popen, tmp_path: Path)
         assert r["ok"] and r["killed"] == 0
         assert tree(tmp_path) == before
     finally:
-        Path(guest.SNAPSHOT_DIR, name + ".tar").unlink(missing_ok=True)
+        Path(wire.SNAPSHOT_DIR, name + ".tar").unlink(missing_ok=True)
 
 
 def test_server_rejects_unknown_ops_and_keeps_serving(server: subprocess.Popen) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from skyhub.sandbox import Pool, base, images
-from skyhub.sandbox import docker as dsb
+from skyhub.sandbox import docker_client as dsb
 from skyhub.sandbox.base import ChannelBroken, ChannelTimeout
 from skyhub.sandbox.docker import DockerSandbox
 from skyhub.sandbox.docker_channel import _Demux
@@ -140,7 +140,7 @@ def assert_clean(sb: DockerSandbox, token: str, listing: str) -> None:
              "    except (OSError, ValueError):\n"
              "        pass")
     left = sb.exec(["python3", "-c", probe]).stdout.splitlines()
-    assert len(left) == 1 and "/opt/skyhub/guest.py" in left[0], left
+    assert len(left) == 1 and "/opt/skyhub/guest.pyz" in left[0], left
 
 
 def test_pool_lease_hands_out_every_writable_place_clean_and_no_process(image: str) -> None:

@@ -213,10 +213,11 @@ KILL_GUEST = ("import os\nfor p in os.listdir('/proc'):\n"
               "    if p.isdigit() and int(p) not in (os.getpid(), os.getppid()):\n"
               "        try:\n            cmd = open(f'/proc/{p}/cmdline', 'rb').read()\n"
               "        except OSError:\n            continue\n"
-              "        if b'skyhub/guest.py' in cmd:\n            os.kill(int(p), 9)\n")
+              "        if b'skyhub/guest.pyz' in cmd:\n            os.kill(int(p), 9)\n")
 
 
-# A guest the agent writes over /opt/skyhub/guest.py (root owns it in a root-run image): it
+# A guest the agent writes over /opt/skyhub/guest.pyz (python3 runs a script named .pyz too;
+# root owns it in a root-run image): it
 # answers every request, and `tar` with the chain archive.
 HOSTILE_GUEST = """
 import base64, json, os, struct, sys
@@ -249,7 +250,7 @@ def test_a_rewritten_guest_never_answers_a_download(places: tuple[Path, Path]) -
     with DockerSandbox("debian:bookworm-slim") as sb:
         assert sb.exec("id -u").stdout == "0\n"
         sb.write_file("/tmp/guest.py", HOSTILE_GUEST.format(chain=chain.decode()))
-        r = sb.exec(["sh", "-c", "cp /tmp/guest.py /opt/skyhub/guest.py && "
+        r = sb.exec(["sh", "-c", "cp /tmp/guest.py /opt/skyhub/guest.pyz && "
                      "touch /work/marker && python3 -c \"$0\"", KILL_GUEST])
         assert r.exit_code == 137, r  # the guest running this command is gone
         sb.download(".", dest)
@@ -257,4 +258,4 @@ def test_a_rewritten_guest_never_answers_a_download(places: tuple[Path, Path]) -
         assert_contained(dest, outside)
         assert sb.replaced == 1
         assert sb.exec("ls /work").stdout == ""  # a fresh container: the marker is gone
-        assert "CHAIN" not in sb.read_file("/opt/skyhub/guest.py").decode()
+        assert b"CHAIN" not in sb.read_file("/opt/skyhub/guest.pyz")

@@ -1,7 +1,7 @@
 """A hijacked guest and an unbounded container log, on Docker.
 
 Hijacked: a command starts a detached watcher and kills the guest. The host used to restart
-`python3 -I -u guest.py` in the same container, and in the milliseconds before the new guest
+`python3 -I -u guest.pyz` in the same container, and in the milliseconds before the new guest
 turned undumpable the watcher (same uid) opened its /proc/<pid>/fd/0 and fd/1 (the host's
 request and reply pipes), stopped it and answered the host itself: forged harness verdicts
 (the nonce arrives on that stdin), forged kills and restores, so every later python-code
@@ -72,7 +72,7 @@ while time.time() < deadline:
             cmd = open(f"/proc/{p}/cmdline", "rb").read()
         except OSError:
             continue
-        if not cmd.endswith(b"skyhub/guest.py\0"):
+        if not cmd.endswith(b"skyhub/guest.pyz\0"):
             continue
         seen.add(int(p))
         try:
@@ -115,7 +115,7 @@ guests = []
 for p in os.listdir("/proc"):
     try:
         cmd = open(f"/proc/{{p}}/cmdline", "rb").read() if p.isdigit() else b""
-        if cmd.endswith(b"skyhub/guest.py\\0"):
+        if cmd.endswith(b"skyhub/guest.pyz\\0"):
             guests.append(p)
     except OSError:
         pass

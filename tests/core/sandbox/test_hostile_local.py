@@ -361,10 +361,10 @@ def test_reap_reports_what_it_could_not_remove_and_reaps_the_rest(
     def docker_down(**kwargs: object) -> list[str]:
         raise RuntimeError("the Docker daemon went away mid-reap")
 
-    from skyhub.sandbox import docker
+    from skyhub.sandbox import docker_client
 
-    monkeypatch.setattr(docker, "docker_available", lambda: True)
-    monkeypatch.setattr(docker, "reap", docker_down)
+    monkeypatch.setattr(docker_client, "docker_available", lambda: True)
+    monkeypatch.setattr(docker_client, "reap", docker_down)
     errors: list[str] = []
     removed = reap_all(errors=errors)
     assert removed == [f"local:{plain.id}"]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from skyhub.sandbox import Sandbox, agent, create
+from skyhub.sandbox import Sandbox, create
+from skyhub.sandbox.guest import tars, trees
 from skyhub.sandbox.local_scratch import rmtree
 
 pytestmark = pytest.mark.hostile
@@ -128,16 +129,16 @@ def test_tree_operations_never_follow_a_racing_symlink_out(
     work.mkdir(parents=True)
     fill(work)
     snap = str(tmp_path / "snap.tar")
-    agent.snapshot_dir(str(work), snap)
+    tars.snapshot_dir(str(work), snap)
     swapper(work, tmp_path / "host")
     # before the fix (3 runs on tmpfs, 5 on ext4): restore_dir raised or lost the race within
     # 25 rounds every time, rmtree within 1,500 in 7 of 8 runs, clear_dir in 3 of 8
     removed = 0
     for i in range(200 if operation == "restore_dir" else 1500):
         if operation == "restore_dir":
-            agent.restore_dir(str(work), snap)
+            tars.restore_dir(str(work), snap)
         elif operation == "clear_dir":
-            agent.clear_dir(str(work))
+            trees.clear_dir(str(work))
         else:
             # the swapper's makedirs brings root/work/a back for the next round; when it
             # refills the tree faster than 8 tries can empty it, remove_tree gives up with
@@ -171,10 +172,10 @@ def test_tree_functions_walk_a_3000_level_tree(ram_dir: Path) -> None:
     make_deep(work)
     (work / "top.txt").write_text("top")
     snap = str(tmp_path / "snap.tar")
-    agent.snapshot_dir(str(work), snap)
-    agent.clear_dir(str(work))
+    tars.snapshot_dir(str(work), snap)
+    trees.clear_dir(str(work))
     assert list(work.iterdir()) == []
-    agent.restore_dir(str(work), snap)
+    tars.restore_dir(str(work), snap)
     assert (work / "top.txt").read_text() == "top"
     bottom = "d/" * DEPTH + "bottom.txt"
     probe = "import os; os.chdir('d/' * 1000); os.chdir('d/' * 1000); os.chdir('d/' * 1000)"

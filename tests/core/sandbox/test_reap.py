@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skyhub.sandbox import create, docker, local
+from skyhub.sandbox import create, docker_client, local
 
 CRASHER = """
 import os, sys
@@ -57,7 +57,7 @@ def test_reap_removes_orphans_of_a_crashed_process_and_spares_live_ones(
         names_left = {s["id"] for s in local.list_sandboxes()}
         assert not any(orphans["local"] in str(n) for n in names_left)
         assert not any(orphans["docker"] in str(s.get("name"))
-                       for s in docker.list_sandboxes())
+                       for s in docker_client.list_sandboxes())
         # the live sandboxes of this process are untouched
         assert live_local.exec("echo alive").stdout == "alive\n"
         assert live_docker.exec("echo alive").stdout == "alive\n"

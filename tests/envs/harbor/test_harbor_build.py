@@ -190,7 +190,7 @@ def client(docker_daemon: None, tmp_path_factory: pytest.TempPathFactory) -> Ite
     and after, so each build is a real one; build logs go to a temporary cache folder."""
     import docker.errors
 
-    from skyhub.sandbox.docker import get_client
+    from skyhub.sandbox.docker_client import get_client
 
     c = get_client()
 
