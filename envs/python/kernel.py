@@ -161,7 +161,7 @@ def _cap(text: str, limit: int) -> str:
     return text[:half] + TRUNCATION_MARKER.format(n=len(text) - 2 * half) + text[-half:]
 
 
-class _BadReply(SkyhubError):
+class _BadReply(Exception):
     """The bridge answered with something it never sends (too big, wrong types)."""
 
 

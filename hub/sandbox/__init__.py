@@ -30,14 +30,6 @@ def docker_available() -> bool:
     return check()
 
 
-def owner_start_time(pid: int) -> int:
-    """Process `pid`'s start time in clock ticks (-1 when it is gone), as sandboxes record
-    their owner's: with the pid it names an owner exactly (`reap_owner(pid, start=...)`)."""
-    from skyhub.sandbox.local_scratch import start_time
-
-    return start_time(pid)
-
-
 def create(image: str | None = None, backend: str = "auto", cpus: float = 1.0,
            memory_mb: int = 1024, network: bool = False, workdir: str = "/work",
            **kwargs: Any) -> Sandbox:
