@@ -66,6 +66,7 @@ from typing import Any, ClassVar
 
 import gymnasium
 
+from skyhub.errors import UsageError
 from skyhub.spaces import UnicodeText
 from skyhub.task import Task
 
@@ -126,7 +127,7 @@ class TextEnv(gymnasium.Env[str, str]):
     @max_turns.setter
     def max_turns(self, value: int | None) -> None:
         if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
-            raise ValueError(f"max_turns must be >= 1, got {value}")
+            raise UsageError(f"max_turns must be >= 1, got {value}")
         self._max_turns = None if value is None else int(value)
 
     def next_turn(self) -> int:
@@ -214,7 +215,7 @@ class TextEnv(gymnasium.Env[str, str]):
         `sandbox_broken` marks an episode whose agent broke its own sandbox (scored, not
         masked: see the module docstring's infra-error rule)."""
         if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+            raise UsageError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
         info: dict[str, Any] = {
             "task_id": self.task.id if self.task is not None else None,
             "turn": self.turn,

@@ -1,15 +1,27 @@
-"""Exceptions for misuse of the API and broken infrastructure: every exception class of
-skyhub, its families and its trainer is defined here (tests/core/test_layering.py checks it,
-and lists the few exemptions with their reasons).
+"""Exceptions for misuse of the API and broken infrastructure: the base classes every skyhub
+error derives from, and core's own errors. Every public exception of skyhub, its families and
+its trainer is a `SkyhubError` (tests/core/test_errors.py checks it), so `except SkyhubError`
+catches them all.
 
 Agent mistakes (malformed actions, bad SQL, crashing code) are never exceptions: they become
 observations. Everything here is for the *user* of skyhub or its operator, and every message
-says what went wrong, where, and what to do next.
+says what went wrong, where, and what to do next. The kinds:
+- `UsageError` (a `ValueError`): the API was called in a way that cannot work; the message
+  says how to call it instead;
+- `MissingDependency` (an `ImportError`): a package an env, command or backend needs is not
+  installed; the message names what to install;
+- `DataNotFound`, `EnvNotFound`: something to read or make is not there;
+- `InfraError` (and `SandboxUnavailable`): the infrastructure failed, not the agent.
 
-The first part is the API's errors, all `SkyhubError`s. The second part is the errors of
-particular layers (sandboxes, vector workers, checks, families, the Tinker server); each kept
-the base classes it had in its old module (which re-exports it, so old imports keep working),
-so what catches it is unchanged.
+A family or the trainer defines its own exceptions in its own package, subclasses of these
+(tests/core/test_layering.py checks where they live), so a new family never edits core:
+`skyhub.envs.sql.errors` (`WorkerLost`, `UnverifiedDownload`), `skyhub.envs.harbor.errors`
+(`Tampered`, `BadReward`), `skyhub.trainer.errors` (`WeightSyncError`) and
+`skyhub.trainer.tinker.exceptions` (`Unsupported`, `BodyTooLarge`).
+
+The second part of this module is the errors of particular core layers (sandboxes, vector
+workers, checks, downloads); each keeps the builtin base class it had, so what catches it is
+unchanged.
 """
 
 from __future__ import annotations
@@ -59,14 +71,23 @@ class RegistrationError(UsageError):
 
 
 class MissingDependency(SkyhubError, ImportError):
-    """An env's optional dependency is not installed; the message names the extra to install.
+    """An optional dependency is not installed; the message names the extra to install.
 
-    Raised by `make` (and the env's constructor) when an import the env needs fails. Fix:
-    `pip install 'skyhub[EXTRA]'` with the extra the message names."""
+    Raised by `make` (and the env's constructor), a command or a backend when an import it
+    needs fails: every missing package is reported as this. Fix: `pip install 'skyhub[EXTRA]'`
+    with the extra the message names."""
 
 
 # ------------------------------------------------------------------------------- sandboxes
-class ChannelBroken(Exception):
+class SandboxSDKMissing(MissingDependency, SandboxUnavailable):
+    """A sandbox backend's SDK (docker, e2b) is not installed.
+
+    Raised when the backend is first used. A `MissingDependency`, and a `SandboxUnavailable`
+    too, so an env that reports an unreachable sandbox as an infra error still does. Fix:
+    `pip install 'skyhub[docker]'` (or `[e2b]`), as the message says."""
+
+
+class ChannelBroken(SkyhubError):
     """A channel's process ended or its stream failed (killed, container stopped...).
 
     Raised by `Channel.request`/`recv` (`skyhub.sandbox`): the process behind the channel is
@@ -110,7 +131,7 @@ class RemoteEnvError(InfraError):
 
 
 # ------------------------------------------------------------------------------------ checks
-class CheckFailed(Exception):
+class CheckFailed(SkyhubError):
     """A check's verdict (not a crash): its message goes into the report as is.
 
     Raised inside `skyhub.eval.checks` by one contract check and caught by `check_env`, which
@@ -118,86 +139,25 @@ class CheckFailed(Exception):
     the env does wrong."""
 
 
-# ------------------------------------------------------------------------------ SQL family
-class WorkerLost(Exception):
-    """The child died or was killed before it answered; `timed_out` when past its deadline.
-
-    Raised by the SQL engines' query workers (DuckDB, PostgreSQL: `skyhub.envs.sql.engines`)
-    and turned by the engine into a timeout or error observation for the agent's query; a
-    new child is started for the next one."""
-
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.timed_out = timed_out
-
-
+# --------------------------------------------------------------------------------- downloads
 class DownloadError(SkyhubError, RuntimeError):
-    """A release could not be fetched or unpacked; the message says what to try instead.
+    """A file could not be fetched or unpacked; the message says what to try instead.
 
-    Raised by `skyhub data get` (`skyhub.envs.sql.datasets.download`). Fix: retry, pass
-    `--url` to a mirror or a file downloaded by hand, or unpack it under the data root."""
+    Raised by `skyhub sql data get` (`skyhub.envs.sql.datasets.download`) and `skyhub install`
+    (`skyhub.share.install`). Fix: retry, pass `--url` to a mirror or a file downloaded by
+    hand, or unpack it under the data root."""
 
 
 class ChecksumMismatch(DownloadError):
-    """A downloaded file does not hash to the pinned SHA-256 (nothing was unpacked).
+    """A file does not hash to the pinned SHA-256 (nothing was unpacked or installed).
 
-    Fix: download again (a truncated or changed file); if the release itself changed, check
-    it and pass its hash with `--sha256`."""
-
-
-class UnverifiedDownload(DownloadError):
-    """A release has no pinned SHA-256 and the user has not accepted the computed one yet.
-
-    Fix: rerun with the `--sha256` the message prints, or `--no-verify`."""
-
-
-# --------------------------------------------------------------------------- Harbor family
-class Tampered(Exception):
-    """The agent left the container so that the verifier cannot be run faithfully.
-
-    Raised by the Harbor verifier (`skyhub.envs.harbor.verifier`); the env catches it: the
-    episode gets no verifier reward, and its info says why (`error`, `sandbox_broken`). The
-    agent's doing, not the user's."""
-
-
-class BadReward(Exception):
-    """No usable reward: missing, not a regular file, too big, or not a number.
-
-    Raised by the Harbor verifier when tests/test.sh did not write a reward it can read; the
-    env catches it, and the episode's info says why (`error`). Fix (for a task author): make
-    tests/test.sh write a number to /logs/verifier/reward.txt (or reward.json)."""
-
-
-# --------------------------------------------------------------------- training
-class WeightSyncError(InfraError):
-    """A rollout engine's weights are not the learner's after a sync: its logprobs of a fixed
-    probe sequence differ from the learner's (`skyhub.trainer.weight_sync.check_sync`).
-
-    Raised right after `update_weights`, so no sample comes from stale weights. Fix: check
-    that the engine's weight names match the model's state_dict and that the transport
-    (`weight_sync=` of the vLLM engine) reaches its workers."""
-
-
-# --------------------------------------------------------------------- Tinker-compatible server
-class Unsupported(ValueError):
-    """A Tinker request this server cannot carry out; the message says what and how to fix it.
-
-    Raised by `skyhub.trainer.tinker` (an unknown loss, a wrong shape, a missing checkpoint):
-    its future fails with category "user", and the SDK raises `RequestFailedError` with this
-    message. Fix: what the message says (a supported loss, the right shapes...)."""
-
-
-class BodyTooLarge(ValueError):
-    """A request body (after decompression) over the Tinker server's limit.
-
-    Raised while reading a request; answered 413. Fix: send smaller requests, or start the
-    server with a larger `--max-body-mb`."""
+    Raised by `skyhub sql data get` and by `skyhub install` for a hub's file changed after it
+    was published. Fix: download again (a truncated or changed file); if the release itself
+    changed, check it and pass its hash with `--sha256` (or publish the package again)."""
 
 
 __all__ = [
     "AgentError",
-    "BadReward",
-    "BodyTooLarge",
     "ChannelBroken",
     "ChannelTimeout",
     "CheckFailed",
@@ -210,13 +170,9 @@ __all__ = [
     "RegistrationError",
     "RemoteEnvError",
     "ReplyTooLarge",
+    "SandboxSDKMissing",
     "SandboxUnavailable",
     "SkyhubError",
-    "Tampered",
-    "Unsupported",
-    "UnverifiedDownload",
     "UsageError",
-    "WeightSyncError",
     "WorkerDied",
-    "WorkerLost",
 ]

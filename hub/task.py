@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, UsageError
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class TaskSet(Sequence[Task]):
         self._index: dict[str, int] = {}
         for i, t in enumerate(self._tasks):
             if t.id in self._index:
-                raise ValueError(f"duplicate task id {t.id!r} in task set {name or '<unnamed>'}")
+                raise UsageError(f"duplicate task id {t.id!r} in task set {name or '<unnamed>'}")
             self._index[t.id] = i
 
     @overload

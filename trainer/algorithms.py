@@ -58,6 +58,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from skyhub.errors import UsageError
+
 KLKind = Literal["k1", "k2", "k3"]
 Aggregation = Literal[
     "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
@@ -112,12 +114,12 @@ def masked_whiten(x: Tensor, mask: Tensor | None = None, eps: float = 1e-8) -> T
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
     """View ``rewards[n]`` as ``[n // group_size, group_size]``, one row per prompt."""
     if rewards.dim() != 1:
-        raise ValueError(
+        raise UsageError(
             f"rewards must be 1-D (one scalar per episode), got shape {tuple(rewards.shape)}; "
             "flatten the batch so that each prompt's samples are contiguous"
         )
     if group_size < 1 or rewards.numel() % group_size != 0:
-        raise ValueError(
+        raise UsageError(
             f"{rewards.numel()} rewards do not split into groups of group_size={group_size}; "
             "pass the number of samples per prompt and keep each prompt's samples contiguous"
         )
@@ -190,13 +192,13 @@ def reinforce_pp_advantages(
     reward (``algo.kl_in_reward``), not token by token.
     """
     if rewards.dim() != 1:
-        raise ValueError(
+        raise UsageError(
             f"rewards must be 1-D (one scalar per episode), got shape {tuple(rewards.shape)}"
         )
     x = rewards.float()
     if baseline:
         if group_size is None:
-            raise ValueError("reinforce_pp_advantages(baseline=True) needs group_size=")
+            raise UsageError("reinforce_pp_advantages(baseline=True) needs group_size=")
         x = dr_grpo_advantages(x, group_size)
     if mask is None:
         return masked_whiten(x)
@@ -283,7 +285,7 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: KLKind = "k3") -> Tensor:
     elif kind == "k3":
         kl = torch.exp(-log_ratio) - 1.0 + log_ratio
     else:
-        raise ValueError(f"unknown KL estimator kind={kind!r}; use 'k1', 'k2' or 'k3'")
+        raise UsageError(f"unknown KL estimator kind={kind!r}; use 'k1', 'k2' or 'k3'")
     return kl.clamp(-10.0, 10.0)
 
 
@@ -315,11 +317,11 @@ def loss_denominator(
         count = len(n)
     elif aggregation == "seq-mean-token-sum-norm":
         if norm_len is None or norm_len < 1:
-            raise ValueError("seq-mean-token-sum-norm needs norm_len= (the generation budget, "
+            raise UsageError("seq-mean-token-sum-norm needs norm_len= (the generation budget, "
                              f"a positive int), got {norm_len!r}")
         return float(max(len(n), 1) * norm_len)
     else:
-        raise ValueError(
+        raise UsageError(
             f"unknown aggregation={aggregation!r}; use one of {', '.join(AGGREGATIONS)}")
     return float(max(count, 1))
 
@@ -354,7 +356,7 @@ def aggregate(
     elif aggregation in AGGREGATIONS:
         numerator = masked.sum()
     else:
-        raise ValueError(
+        raise UsageError(
             f"unknown aggregation={aggregation!r}; use one of {', '.join(AGGREGATIONS)}")
     if denominator is not None:
         return numerator / denominator
@@ -415,7 +417,7 @@ def policy_loss(
     ``tis_weight_mean`` / ``tis_capped_frac`` when those are on; all token means, detached.
     """
     if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (it bounds the loss at c * -A), got {dual_clip}")
+        raise UsageError(f"dual_clip must be > 1 (it bounds the loss at c * -A), got {dual_clip}")
     keep = mask.bool()
     if advantages.dim() == logp.dim() - 1:
         advantages = advantages.unsqueeze(-1).expand_as(logp)

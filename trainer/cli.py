@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from skyhub.errors import UsageError
+from skyhub.errors import MissingDependency, UsageError
 
 
 def train_cmd(
@@ -73,7 +73,7 @@ def train_cmd(
     try:
         from skyhub.trainer.config import load_config, recipes, to_yaml
     except ImportError as e:  # pragma: no cover - depends on the install
-        raise UsageError(f"skyhub train needs the trainer's dependencies ({e}); "
+        raise MissingDependency(f"skyhub train needs the trainer's dependencies ({e}); "
                                 "install them with: pip install 'skyhub[train]'") from None
     console = Console(highlight=False)
     if list_recipes:
@@ -111,7 +111,7 @@ def train_cmd(
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as e:
-        raise UsageError(f"skyhub train needs torch and transformers ({e}); install "
+        raise MissingDependency(f"skyhub train needs torch and transformers ({e}); install "
                                 "them with: pip install 'skyhub[train]'") from None
     from skyhub.trainer.loop import train
 

@@ -199,11 +199,12 @@ _LAUNCHER_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP
 # ------------------------------------------------------------------------------ the ranks
 def rank_main(cfg: Any, live: bool | None) -> Any:
     """One rank of a sharded run (what `launch` starts): rank 0 runs the training loop, the
-    others serve its learner calls. A UsageError on rank 0 is returned, for the caller to
-    raise (a rank that raises takes the group down with a traceback instead)."""
+    others serve its learner calls. A UsageError (or MissingDependency) on rank 0 is
+    returned, for the caller to raise (a rank that raises takes the group down with a
+    traceback instead)."""
     import torch.distributed as dist
 
-    from skyhub.errors import UsageError
+    from skyhub.errors import MissingDependency, UsageError
     from skyhub.trainer import loop
 
     if not cfg.loop.torch_threads and not torch.cuda.is_available():
@@ -217,7 +218,7 @@ def rank_main(cfg: Any, live: bool | None) -> Any:
             return None
         try:
             return loop._train_here(cfg, live)
-        except UsageError as e:
+        except (UsageError, MissingDependency) as e:
             stop_workers()
             return e
     finally:

@@ -136,12 +136,12 @@ def _check_vllm() -> None:
     try:
         import vllm  # noqa: F401
     except ImportError as e:
-        from skyhub.errors import UsageError
+        from skyhub.errors import MissingDependency
 
-        raise UsageError(f"rollout.engine=vllm needs vLLM ({e}); on a CPU machine run in the "
-                         "virtualenv `bash scripts/vllm-venv.sh` makes (.venv-vllm), on a GPU "
-                         "machine pip install the vLLM that script pins; or "
-                         "rollout.engine=hf") from None
+        raise MissingDependency(f"rollout.engine=vllm needs vLLM ({e}); on a CPU machine run "
+                                "in the virtualenv `bash scripts/vllm-venv.sh` makes "
+                                "(.venv-vllm), on a GPU machine pip install the vLLM that "
+                                "script pins; or rollout.engine=hf") from None
 
 
 def enable_checkpointing(model: Any) -> None:
@@ -369,10 +369,10 @@ def _train_here(cfg: TrainConfig, live: bool | None) -> RunSummary:
 
 def _train(cfg: TrainConfig, live: bool | None, t_start: float) -> RunSummary:
     from skyhub.trainer import dist as D
-    from skyhub.trainer.token_layout import ChatFormat
     from skyhub.trainer.learner import Learner
     from skyhub.trainer.policy import compute_dtype
     from skyhub.trainer.rollout import norm_len
+    from skyhub.trainer.token_layout import ChatFormat
 
     out = Path(cfg.loop.out)
     seed_everything(cfg.loop.seed, cfg.loop.deterministic)

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 import skyhub
-from skyhub.errors import InfraError, SandboxUnavailable, UsageError
+from skyhub.errors import InfraError, MissingDependency, SandboxUnavailable, UsageError
 
 _log = logging.getLogger("skyhub.trainer.openrlhf")
 
@@ -348,8 +348,8 @@ class _LocalExecutorBase:
         self.agent_instance_cls = agent_instance_cls
 
     async def execute(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        raise RuntimeError("openrlhf is not importable here; AgentExecutor runs inside "
-                           "OpenRLHF's vLLM actors (see docs/openrlhf.md)")
+        raise MissingDependency("openrlhf is not importable here; AgentExecutor runs inside "
+                                "OpenRLHF's vLLM actors (see docs/openrlhf.md)")
 
 
 @functools.cache

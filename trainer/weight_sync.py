@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from skyhub.errors import UsageError, WeightSyncError
+from skyhub.errors import UsageError
+from skyhub.trainer.errors import WeightSyncError
 
 if TYPE_CHECKING:
     import torch

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import UsageError
+from skyhub.errors import MissingDependency, UsageError
 
 from .task import resolve_env
 
@@ -272,8 +272,8 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     try:
         import yaml
     except ImportError as e:
-        raise UsageError("reading a Harbor task's docker-compose.yaml needs PyYAML: "
-                         "pip install pyyaml") from e
+        raise MissingDependency("reading a Harbor task's docker-compose.yaml needs PyYAML: "
+                                "pip install 'skyhub[harbor]' (or pyyaml)") from e
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:

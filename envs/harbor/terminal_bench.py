@@ -51,7 +51,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skyhub.errors import DataNotFound, UsageError
+from skyhub.errors import DataNotFound, MissingDependency, UsageError
 from skyhub.task import Task
 
 CONVERTER_VERSION = "1"  # part of the cache key: bump when the output changes
@@ -89,7 +89,8 @@ def _yaml() -> Any:
     try:
         import yaml
     except ImportError:  # pragma: no cover - pyyaml ships with the harbor extra's deps
-        raise UsageError("reading Terminal-Bench tasks needs PyYAML: pip install pyyaml") from None
+        raise MissingDependency("reading Terminal-Bench tasks needs PyYAML: pip install "
+                                "'skyhub[harbor]' (or pyyaml)") from None
     return yaml
 
 

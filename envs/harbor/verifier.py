@@ -42,7 +42,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import BadReward, InfraError, Tampered, UsageError
+from skyhub.envs.harbor.errors import BadReward, Tampered
+from skyhub.errors import InfraError, UsageError
 
 REWARD_TXT, REWARD_JSON = "/logs/verifier/reward.txt", "/logs/verifier/reward.json"
 MAX_REWARD_BYTES = 64 << 10

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from skyhub.env import StepResult, TextEnv
-from skyhub.errors import InfraError
+from skyhub.errors import InfraError, UsageError
 
 from . import protocol
 from .kernel import KernelSession
@@ -43,9 +43,9 @@ class KernelEnv(TextEnv):
                  warm_reset: bool = True) -> None:
         super().__init__()
         if cell_timeout_s <= 0:
-            raise ValueError(f"cell_timeout_s must be > 0 seconds, got {cell_timeout_s}")
+            raise UsageError(f"cell_timeout_s must be > 0 seconds, got {cell_timeout_s}")
         if backend not in ("auto", "docker", "local"):
-            raise ValueError(f"backend must be 'auto', 'docker' or 'local', not {backend!r}")
+            raise UsageError(f"backend must be 'auto', 'docker' or 'local', not {backend!r}")
         self.backend, self.max_turns, self.cell_timeout = backend, max_turns, cell_timeout_s
         self.max_output, self.cpus, self.memory_mb = max_output, cpus, memory_mb
         self.warm_reset = warm_reset

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from skyhub.errors import UsageError
+from skyhub.errors import SkyhubError, UsageError
 from skyhub.sandbox.base import ExecResult, Sandbox
 
 TAG = "SKYHUB-GRADE"
@@ -130,7 +130,7 @@ class GradeResult:
         return self.passed / self.total if self.total else 0.0
 
 
-class _SandboxFailed(Exception):
+class _SandboxFailed(SkyhubError):
     """A sandbox call raised: the grade is an infra error, whatever the program did."""
 
 

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from skyhub.errors import ChannelBroken, ChannelTimeout, InfraError
+from skyhub.errors import ChannelBroken, ChannelTimeout, InfraError, SkyhubError
 from skyhub.sandbox.base import Sandbox
 
 from .runtime import RUNTIME_PREFIX, local_runtime, make_sandbox
@@ -161,7 +161,7 @@ def _cap(text: str, limit: int) -> str:
     return text[:half] + TRUNCATION_MARKER.format(n=len(text) - 2 * half) + text[-half:]
 
 
-class _BadReply(Exception):
+class _BadReply(SkyhubError):
     """The bridge answered with something it never sends (too big, wrong types)."""
 
 

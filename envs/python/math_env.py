@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from skyhub.errors import UsageError
+
 from . import protocol
 from .env import KernelEnv
 from .math_check import check_answer, prewarm
@@ -31,7 +33,7 @@ class MathEnv(KernelEnv):
                  grade_timeout_s: float = 10.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if grade_timeout_s <= 0:
-            raise ValueError(f"grade_timeout_s must be > 0 seconds, got {grade_timeout_s}")
+            raise UsageError(f"grade_timeout_s must be > 0 seconds, got {grade_timeout_s}")
         self.tasks = load_math_tasks(data_dir, split=split)
         self.grade_timeout = grade_timeout_s
         prewarm()

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from skyhub.env import StepResult, TextEnv
-from skyhub.errors import InfraError
+from skyhub.errors import InfraError, UsageError
 
 from . import protocol
 from .qa import load_qa
@@ -34,7 +34,7 @@ class SearchEnv(TextEnv):
                  retriever_timeout_s: float = 10.0, retries: int = 3) -> None:
         super().__init__()
         if topk < 1:
-            raise ValueError(f"topk must be >= 1, got {topk}")
+            raise UsageError(f"topk must be >= 1, got {topk}")
         from .index import index_class
 
         index_class(index_backend)  # ValueError naming the choices, even with a retriever_url

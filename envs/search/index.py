@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import DataNotFound, UsageError
+from skyhub.errors import DataNotFound, MissingDependency, UsageError
 
 DATA_DIR = Path(__file__).parent / "data"
 BUNDLED_CORPUS = DATA_DIR / "corpus.jsonl"
@@ -78,7 +78,8 @@ class BM25Index:
         try:
             import bm25s
         except ImportError as e:
-            raise DataNotFound("the search envs need bm25s: pip install 'skyhub[search]'") from e
+            raise MissingDependency("the search envs need bm25s: pip install "
+                                    "'skyhub[search]'") from e
         if not docs:
             raise DataNotFound("the corpus is empty: nothing to index")
         model = bm25s.BM25()

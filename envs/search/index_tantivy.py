@@ -19,7 +19,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, MissingDependency
 
 from .index import split_title
 
@@ -33,7 +33,8 @@ def _tantivy() -> Any:
     try:
         import tantivy
     except ImportError as e:
-        raise DataNotFound("the tantivy backend needs tantivy: pip install 'skyhub[search]'") from e
+        raise MissingDependency("the tantivy backend needs tantivy: pip install "
+                                "'skyhub[search]'") from e
     return tantivy
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, MissingDependency
 from skyhub.task import Task, TaskSet
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -22,8 +22,8 @@ def _rows(path: Path) -> list[dict[str, Any]]:
         try:
             import duckdb
         except ImportError as e:
-            raise DataNotFound(f"reading {path} needs duckdb: pip install duckdb, or convert "
-                               "it to JSONL") from e
+            raise MissingDependency(f"reading {path} needs duckdb: pip install duckdb (or "
+                                    "'skyhub[sql]'), or convert it to JSONL") from e
         con = duckdb.connect()
         try:
             rel = con.execute("SELECT * FROM read_parquet(?)", [str(path)])

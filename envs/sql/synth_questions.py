@@ -8,6 +8,8 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from skyhub.errors import SkyhubError
+
 from .synth_schemas import Col, Table
 
 LEVELS = ("easy", "medium", "hard")
@@ -98,7 +100,7 @@ def _agg(c: Col, rng: random.Random, table: str = "") -> tuple[str, str]:
     return f"{word} {c.label}", f"{fn}({col})"
 
 
-class _NotApplicable(Exception):
+class _NotApplicable(SkyhubError):
     """A template needs a table, column or join this database does not have: draw again."""
 
 

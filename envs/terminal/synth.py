@@ -30,6 +30,7 @@ import random
 import shlex
 from collections.abc import Callable, Iterator
 
+from skyhub.errors import UsageError
 from skyhub.task import Task
 
 FAMILIES = ("text", "files", "permissions", "archives", "git", "processes")
@@ -583,7 +584,7 @@ def generate(seed: int, n: int | None = None) -> list[Task]:
     """The first `n` tasks of `task_stream(seed)` (n=None: 100)."""
     n = 100 if n is None else n
     if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+        raise UsageError(f"n must be >= 0, got {n}")
     return [make_task(seed, i) for i in range(n)]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from skyhub.env import StepResult
+from skyhub.errors import UsageError
 from skyhub.tags import extract, first_of
 
 from .base import ToyEnv
@@ -58,7 +59,7 @@ class LookupEnv(ToyEnv):
 
     def __init__(self, *, max_turns: int = 3, **kwargs: Any) -> None:
         if max_turns < 2:
-            raise ValueError(f"toy-lookup needs max_turns >= 2 (one to look up, one to answer), "
+            raise UsageError(f"toy-lookup needs max_turns >= 2 (one to look up, one to answer), "
                              f"got {max_turns}")
         super().__init__(max_turns=max_turns, **kwargs)
         self.system_prompt = LOOKUP_PROMPT.format(max_turns=max_turns)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from skyhub.env import StepResult
+from skyhub.errors import UsageError
 
 from .base import ToyEnv
 
@@ -40,9 +41,9 @@ class RecallEnv(ToyEnv):
     def __init__(self, *, hops: int = 1, max_turns: int | None = None, n_words: int = 18,
                  name_key: bool = True, **kwargs: Any) -> None:
         if hops not in (1, 2):
-            raise ValueError(f"hops must be 1 or 2, got {hops}")
+            raise UsageError(f"hops must be 1 or 2, got {hops}")
         if kwargs.get("split") == "dev" and n_words != 18:
-            raise ValueError("the bundled dev split uses all 18 words; generate tasks "
+            raise UsageError("the bundled dev split uses all 18 words; generate tasks "
                              "(split='train', seed=...) to use fewer")
         options = {"n_words": n_words} if kwargs.get("split", "train") == "train" else {}
         super().__init__(max_turns=hops if max_turns is None else max_turns, **options,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from skyhub.errors import UsageError
 from skyhub.task import Task, TaskSet, load_jsonl
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -54,7 +55,7 @@ def recall_tasks(n: int = 1000, seed: int = 0, table_size: int = 4,
     the task is one key's word. The prompt shows the word itself ("word: raven");
     `RecallEnv(hops=2)` shows only the key."""
     if not 2 <= n_words <= len(_WORDS):
-        raise ValueError(f"n_words must be between 2 and {len(_WORDS)}, got {n_words}")
+        raise UsageError(f"n_words must be between 2 and {len(_WORDS)}, got {n_words}")
     rng = random.Random(seed)
     tasks = []
     words = _WORDS[:n_words]
@@ -85,7 +86,7 @@ def load_tasks(kind: str, *, split: str = "train", tasks_file: str | Path | None
     if split == "dev":
         return load_jsonl(dev_file(kind), name=f"toy-{kind}(dev)")
     if split != "train":
-        raise ValueError(f"split must be 'train' (generated) or 'dev' (bundled), got {split!r}")
+        raise UsageError(f"split must be 'train' (generated) or 'dev' (bundled), got {split!r}")
     make = {"arith": arith_tasks, "lookup": lookup_tasks, "recall": recall_tasks}[kind]
     return make(n, seed, **options)
 

@@ -31,6 +31,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from skyhub.chat import Message
+from skyhub.errors import UsageError
 
 #: What `act` gets to ask the env: called, the env's reference action for the current state
 #: (the oracle's); in the harness it also has `sample_action(seed) -> str` (the random agent's).
@@ -149,7 +150,7 @@ def load_agent(spec: str, *, seed: int = 0, **options: Any) -> Agent:
         return NopAgent()
     prefix, sep, target = spec.partition(":")
     if not sep or not target:
-        raise ValueError(f"unknown agent {spec!r}: use {AGENT_HELP}")
+        raise UsageError(f"unknown agent {spec!r}: use {AGENT_HELP}")
     if prefix == "script":
         return _script_agent(spec, target)
     if prefix == "openai":
@@ -158,25 +159,25 @@ def load_agent(spec: str, *, seed: int = 0, **options: Any) -> Agent:
         return OpenAIAgent(target, seed=seed, **options)
     plugins = {ep.name: ep for ep in entry_points(group="skyhub.agents")}
     if prefix not in plugins:
-        raise ValueError(f"unknown agent kind {prefix!r} in {spec!r}: use {AGENT_HELP}"
+        raise UsageError(f"unknown agent kind {prefix!r} in {spec!r}: use {AGENT_HELP}"
                          + (f"; plugins: {', '.join(sorted(plugins))}" if plugins else ""))
     factory = plugins[prefix].load()
     agent = factory(target, seed=seed, **options)
     if not isinstance(agent, Agent):
-        raise ValueError(f"agent plugin {prefix!r} returned {type(agent).__name__}, not an Agent")
+        raise UsageError(f"agent plugin {prefix!r} returned {type(agent).__name__}, not an Agent")
     return agent
 
 
 def _script_agent(spec: str, target: str) -> Agent:
     mod_name, _, attr = target.rpartition(":")
     if not mod_name or not attr:
-        raise ValueError(f"agent {spec!r}: write script:module:function, e.g. "
+        raise UsageError(f"agent {spec!r}: write script:module:function, e.g. "
                          "script:my_agents:always_42")
     try:
         fn: Any = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"agent {spec!r}: cannot load {target} ({e}). The module must be "
+        raise UsageError(f"agent {spec!r}: cannot load {target} ({e}). The module must be "
                          "importable from the current directory or PYTHONPATH.") from None
     if not callable(fn):
-        raise ValueError(f"agent {spec!r}: {target} is not callable")
+        raise UsageError(f"agent {spec!r}: {target} is not callable")
     return ScriptAgent(fn, name=spec)

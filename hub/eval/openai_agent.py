@@ -40,7 +40,7 @@ import urllib.request
 from typing import Any
 
 from skyhub.chat import Message
-from skyhub.errors import AgentError, UsageError
+from skyhub.errors import AgentError, SkyhubError, UsageError
 from skyhub.eval.agents import Agent, ReferenceFn, Reply
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -48,7 +48,7 @@ _RETRY_STATUSES = frozenset({408, 409, 429})
 _ERROR_TEXT_LIMIT = 500
 
 
-class _Transient(Exception):
+class _Transient(SkyhubError):
     """One failed attempt that is worth retrying; `wait` is the server's Retry-After."""
 
     def __init__(self, message: str, wait: float | None = None) -> None:

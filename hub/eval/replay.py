@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skyhub.errors import DataNotFound, UsageError
+from skyhub.errors import DataNotFound, SkyhubError, UsageError
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -187,7 +187,7 @@ def mask(text: str | None, patterns: Sequence[re.Pattern[str]]) -> str | None:
     return text
 
 
-class _Unreplayable(Exception):
+class _Unreplayable(SkyhubError):
     """A record without what a replay needs."""
 
 

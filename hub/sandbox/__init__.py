@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from skyhub.errors import UsageError
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot
 
 # eager (reap.py is stdlib only): a lazy export would be shadowed by the submodule of the same
@@ -55,7 +56,7 @@ def create(image: str | None = None, backend: str = "auto", cpus: float = 1.0,
 
         return E2BSandbox(image=image, cpus=cpus, memory_mb=memory_mb, network=network,
                           workdir=workdir, **kwargs)
-    raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {BACKENDS} or 'auto'")
+    raise UsageError(f"unknown sandbox backend {backend!r}; choose one of {BACKENDS} or 'auto'")
 
 
 def __getattr__(name: str) -> Any:

@@ -123,7 +123,7 @@ class DockerSandbox(Sandbox):
         self.network = network
         self.disk_mb = int(disk_mb) if disk_mb is not None else default_disk_mb(memory_mb)
         if self.disk_mb < 1:
-            raise ValueError(f"disk_mb must be >= 1, got {disk_mb}")
+            raise UsageError(f"disk_mb must be >= 1, got {disk_mb}")
         # exec replies hold two capped streams in base64; file transfers are bounded by what
         # the sandbox can hold: its disk and its memory
         self.max_reply = max(int(max_reply_mb) << 20, 3 * max_output + (1 << 20))

@@ -40,7 +40,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import InfraError, SandboxUnavailable, SkyhubError, UsageError
+from skyhub.errors import (
+    InfraError,
+    SandboxSDKMissing,
+    SandboxUnavailable,
+    SkyhubError,
+    UsageError,
+)
 from skyhub.sandbox.base import (
     DEFAULT_MAX_OUTPUT,
     DEFAULT_PIDS,
@@ -101,7 +107,7 @@ class E2BSandbox(Sandbox):
         self._sdk: Any = None
         super().__init__(workdir=workdir, max_output=max_output)
         if image and template and image != template:
-            raise ValueError(f"image={image!r} and template={template!r} disagree; for e2b "
+            raise UsageError(f"image={image!r} and template={template!r} disagree; for e2b "
                              "they name the same thing (an E2B template): pass one")
         self.template = template or image or DEFAULT_TEMPLATE
         self.user, self.pids, self.timeout_s = user, pids, timeout_s
@@ -321,8 +327,8 @@ def _create_sdk_sandbox(template: str, api_key: str | None, network: bool,
     try:
         from e2b import Sandbox as SDKSandbox
     except ImportError as e:
-        raise SandboxUnavailable("the e2b sandbox backend needs the E2B SDK: "
-                                 "pip install 'skyhub[e2b]'") from e
+        raise SandboxSDKMissing("the e2b sandbox backend needs the E2B SDK: "
+                                "pip install 'skyhub[e2b]'") from e
     kwargs: dict[str, Any] = {"template": template, "timeout": int(timeout_s),
                               "metadata": dict(labels), "api_key": key}
     if "allow_internet_access" in inspect.signature(SDKSandbox.create).parameters:

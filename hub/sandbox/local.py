@@ -159,10 +159,10 @@ def _check_mounts(mounts: dict[str, str], workdir: str) -> dict[str, str]:
     for inside, host in mounts.items():
         inside = posixpath.normpath(str(inside))
         if not posixpath.isabs(inside):
-            raise ValueError(f"mount target {inside!r} must be an absolute sandbox path")
+            raise UsageError(f"mount target {inside!r} must be an absolute sandbox path")
         if inside == workdir or inside.startswith(workdir.rstrip("/") + "/") or \
                 workdir.startswith(inside.rstrip("/") + "/"):
-            raise ValueError(f"mount target {inside!r} overlaps the workdir {workdir}; mount "
+            raise UsageError(f"mount target {inside!r} overlaps the workdir {workdir}; mount "
                              "elsewhere (e.g. under /opt)")
         if not os.path.exists(host):
             raise FileNotFoundError(errno.ENOENT, "no such host path to mount", str(host))
@@ -220,19 +220,19 @@ class LocalSandbox(Sandbox):
         else RLIMIT_AS alone, with a one-time warning), "require" (SandboxUnavailable where
         none can be made) or "off"; None reads `$SKYHUB_MEMORY_CGROUP` (default "auto")."""
         if image is not None:
-            raise ValueError(f"the local sandbox backend runs commands on this host's own system "
+            raise UsageError(f"the local sandbox backend runs commands on this host's own system "
                              f"and cannot use image {image!r}; pass image=None, or use "
                              "backend='docker' for images")
         if isolation not in ("auto", "bwrap", "none"):
-            raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', not {isolation!r}")
+            raise UsageError(f"isolation must be 'auto', 'bwrap' or 'none', not {isolation!r}")
         if not posixpath.isabs(workdir):
-            raise ValueError(f"workdir must be an absolute path, not {workdir!r}")
+            raise UsageError(f"workdir must be an absolute path, not {workdir!r}")
         super().__init__(workdir=posixpath.normpath(workdir), max_output=max_output)
         self.mounts = _check_mounts(mounts or {}, self.workdir)
         self.cpus, self.memory_mb, self.network, self.pids = cpus, memory_mb, network, pids
         self.disk_mb = max(64, memory_mb // 2) if disk_mb is None else disk_mb
         if self.disk_mb < 1:
-            raise ValueError(f"disk_mb must be at least 1, not {disk_mb!r}")
+            raise UsageError(f"disk_mb must be at least 1, not {disk_mb!r}")
         self.uid = free_uid() if os.geteuid() == 0 else None
         self.bwrap = find_bwrap() if isolation != "none" else None
         problem = "bwrap is not on the PATH" if self.bwrap is None and isolation != "none" else (
@@ -273,7 +273,7 @@ class LocalSandbox(Sandbox):
         """The sandbox's memory cgroup (see `local_cgroup`), or None where `mode` allows."""
         mode = local_cgroup.default_mode() if mode is None else mode
         if mode not in local_cgroup.MODES:
-            raise ValueError(f"memory_cgroup must be one of {local_cgroup.MODES}, not {mode!r}")
+            raise UsageError(f"memory_cgroup must be one of {local_cgroup.MODES}, not {mode!r}")
         if mode == "off":
             return None
         try:

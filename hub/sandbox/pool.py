@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyhub.errors import SkyhubError
+from skyhub.errors import SkyhubError, UsageError
 from skyhub.sandbox.base import Sandbox, Snapshot, new_id
 
 
@@ -58,9 +58,9 @@ class Pool:
     def __init__(self, size: int = 8, ttl_s: float = 3600, *, name: str | None = None,
                  create_parallel: int = 4, **create_kwargs: Any) -> None:
         if size < 1:
-            raise ValueError(f"Pool size must be >= 1, got {size}")
+            raise UsageError(f"Pool size must be >= 1, got {size}")
         if create_parallel < 1:
-            raise ValueError(f"create_parallel must be >= 1, got {create_parallel}")
+            raise UsageError(f"create_parallel must be >= 1, got {create_parallel}")
         self.size, self.ttl_s = size, ttl_s
         self.create_parallel = min(int(create_parallel), size)
         self.name = name or new_id("pool")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from skyhub.errors import UsageError
 from skyhub.vector.env import VectorEnv
 from skyhub.vector.executors import (
     EnvWorker,
@@ -66,7 +67,7 @@ def make_vec(env_id: str, num_envs: int, *, executor: str | Executor = "threads"
     from skyhub.registry import spec
 
     if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        raise UsageError(f"num_envs must be >= 1, got {num_envs}")
     factory: Any = (RemoteFactory(env_id, remote, token, kwargs) if remote is not None
                     else EnvFactory(spec(env_id), kwargs))
     return VectorEnv([factory] * num_envs, executor=executor, autoreset_mode=autoreset_mode,

@@ -53,7 +53,7 @@ def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
     key = str(mode).lower().replace("-", "_")
     key = {"nextstep": "next_step", "samestep": "same_step"}.get(key, key)
     if key not in _MODES:
-        raise ValueError(f"autoreset_mode must be one of {sorted(_MODES)}, got {mode!r}")
+        raise UsageError(f"autoreset_mode must be one of {sorted(_MODES)}, got {mode!r}")
     return _MODES[key]
 
 
@@ -173,9 +173,9 @@ class VectorEnv(gymnasium.vector.VectorEnv):
                  step_timeout: float | None = None, inline_fast_steps: bool = True,
                  info_format: InfoFormat = "list") -> None:
         if len(env_fns) == 0:
-            raise ValueError("VectorEnv needs at least one env_fn")
+            raise UsageError("VectorEnv needs at least one env_fn")
         if info_format not in ("list", "dict"):
-            raise ValueError(f"info_format must be 'list' or 'dict', got {info_format!r}")
+            raise UsageError(f"info_format must be 'list' or 'dict', got {info_format!r}")
         self.env_fns = list(env_fns)
         self.num_envs = len(self.env_fns)
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
@@ -212,7 +212,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         if isinstance(options, dict) and "reset_mask" in options:
             mask = np.asarray(options["reset_mask"], dtype=bool)
             if mask.shape != (self.num_envs,):
-                raise ValueError(f"reset_mask must have shape ({self.num_envs},)")
+                raise UsageError(f"reset_mask must have shape ({self.num_envs},)")
             options = {k: v for k, v in options.items() if k != "reset_mask"} or None
             ids = [i for i in ids if mask[i]]
         self.async_reset(ids, seed=seed, options=options)
@@ -229,7 +229,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             raise UsageError("step() while envs have async steps in flight: recv() them first, "
                               "or use reset() to start over")
         if len(actions) != self.num_envs:
-            raise ValueError(f"step() needs one action per env ({self.num_envs}), got "
+            raise UsageError(f"step() needs one action per env ({self.num_envs}), got "
                              f"{len(actions)}")
         self.send(actions)
         results = self._collect(self.num_envs)
@@ -256,7 +256,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         self._check_open()
         ids = self._ids(env_ids)
         if len(actions) != len(ids):
-            raise ValueError(f"send() got {len(actions)} actions for {len(ids)} env ids")
+            raise UsageError(f"send() got {len(actions)} actions for {len(ids)} env ids")
         for i in ids:
             if self._slots[i].in_flight:
                 raise UsageError(f"env {i} already has a step in flight: recv() its result "
@@ -352,7 +352,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         if bad:
             raise IndexError(f"env ids {bad} out of range for {self.num_envs} envs")
         if len(set(ids)) != len(ids):
-            raise ValueError(f"duplicate env ids in {ids}")
+            raise UsageError(f"duplicate env ids in {ids}")
         return ids
 
     def _dispatch_all(self, work: list[tuple[int, str, Any]]) -> None:
@@ -526,5 +526,5 @@ def _per_env(value: Any, ids: list[int], what: str, *, offset: bool = False) -> 
         return [int(value) + i for i in ids] if offset else [value] * len(ids)
     values = list(value)
     if len(values) != len(ids):
-        raise ValueError(f"got {len(values)} {what} values for {len(ids)} envs")
+        raise UsageError(f"got {len(values)} {what} values for {len(ids)} envs")
     return values

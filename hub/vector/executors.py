@@ -43,7 +43,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from skyhub.errors import RemoteEnvError, WorkerDied
+from skyhub.errors import RemoteEnvError, UsageError, WorkerDied
 
 if TYPE_CHECKING:
     from skyhub.env import TextEnv
@@ -394,7 +394,7 @@ class ProcessExecutor(Executor):
         try:
             data = pickle.dumps(env_fn)
         except Exception as e:
-            raise ValueError(f"executor='processes' needs a picklable env_fn, and {env_fn!r} is "
+            raise UsageError(f"executor='processes' needs a picklable env_fn, and {env_fn!r} is "
                              f"not ({e}). Register the env and use skyhub.make_vec, or pass a "
                              "module-level function.") from e
         return ProcessWorker(data, self.start_timeout, self._cleanups)
@@ -430,5 +430,5 @@ def get_executor(executor: str | Executor) -> Executor:
     try:
         return EXECUTORS[executor]()
     except KeyError:
-        raise ValueError(f"unknown executor {executor!r}; choose one of {sorted(EXECUTORS)} "
+        raise UsageError(f"unknown executor {executor!r}; choose one of {sorted(EXECUTORS)} "
                          "or pass an Executor instance") from None

@@ -38,7 +38,7 @@ import ray
 import ray.cloudpickle
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
-from skyhub.errors import InfraError
+from skyhub.errors import InfraError, UsageError
 from skyhub.vector.executors import (
     Cleanups,
     EnvFn,
@@ -311,7 +311,7 @@ class RayExecutor(Executor):
         try:
             data = ray.cloudpickle.dumps(env_fn)
         except Exception as e:
-            raise ValueError(f"executor='ray' needs an env_fn that Ray can serialise, and "
+            raise UsageError(f"executor='ray' needs an env_fn that Ray can serialise, and "
                              f"{env_fn!r} is not ({e}). Register the env and use "
                              "skyhub.make_vec, or pass a module-level function.") from e
         options = self.actor_options(env_fn)
@@ -377,7 +377,7 @@ class RayExecutor(Executor):
 def _check_resources(resources: dict[str, Any], where: str) -> dict[str, Any]:
     unknown = sorted(set(resources) - set(RESOURCE_KEYS))
     if unknown:
-        raise ValueError(f"{where} has unknown keys {unknown}: use {list(RESOURCE_KEYS)}, and "
+        raise UsageError(f"{where} has unknown keys {unknown}: use {list(RESOURCE_KEYS)}, and "
                          f"put custom Ray resources under 'resources', e.g. "
                          f"{{'resources': {{{unknown[0]!r}: 1}}}}")
     return dict(resources)

@@ -24,8 +24,8 @@ from tinker.proto.response_conv import (  # noqa: E402
     deserialize_sample_response,
 )
 
-from skyhub.errors import Unsupported  # noqa: E402
 from skyhub.trainer.tinker import losses, wire  # noqa: E402
+from skyhub.trainer.tinker.exceptions import Unsupported  # noqa: E402
 from skyhub.trainer.tinker.jobs import Jobs, Outcome  # noqa: E402
 from skyhub.trainer.tinker.models import (  # noqa: E402
     ATTN,

@@ -39,7 +39,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from skyhub.errors import UsageError, WeightSyncError
+from skyhub.errors import UsageError
+from skyhub.trainer.errors import WeightSyncError
 from skyhub.trainer.inference import Completion, SamplingParams
 from skyhub.trainer.inference.vllm import VLLMEngine, _EngineClient, _nccl_init, _WeightSync
 from skyhub.trainer.weight_sync import check_sync

@@ -22,8 +22,8 @@ pytest.importorskip("peft")
 
 import numpy as np
 
-from skyhub.errors import Unsupported
 from skyhub.trainer.inference import SamplingParams
+from skyhub.trainer.tinker.exceptions import Unsupported
 from skyhub.trainer.tinker.models import (
     ATTN,
     MLP,

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from skyhub.errors import InfraError, UsageError, WeightSyncError
+from skyhub.errors import InfraError, UsageError
+from skyhub.trainer.errors import WeightSyncError
 from skyhub.trainer.inference.hf import HFEngine
 from skyhub.trainer.weight_sync import (
     check_sync,

@@ -59,14 +59,14 @@ def serve_cmd(
 ) -> None:
     """Serve the Tinker API (training clients, sampling clients, checkpoints) on HOST:PORT.
     Clients: `tinker.ServiceClient(base_url="http://HOST:PORT", api_key="tml-...")`."""
-    from skyhub.errors import UsageError
+    from skyhub.errors import MissingDependency
 
     try:
         import peft  # noqa: F401
         import tinker  # noqa: F401
     except ImportError as e:
-        raise UsageError(f"`skyhub tinker serve` needs the tinker extra ({e.name} is "
-                         "missing): pip install 'skyhub[tinker]'") from None
+        raise MissingDependency(f"`skyhub tinker serve` needs the tinker extra ({e.name} is "
+                                "missing): pip install 'skyhub[tinker]'") from None
     from skyhub.trainer.tinker.server import serve
 
     typer.echo(f"serving {base_model} as a Tinker API on http://{host}:{port} "

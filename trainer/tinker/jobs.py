@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyhub.errors import Unsupported
+from skyhub.trainer.tinker.exceptions import Unsupported
 
 log = logging.getLogger("skyhub.tinker")
 KEEP_RESULTS = 4096  # finished results kept for (re)polling; older ones are forgotten

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from skyhub.errors import Unsupported
+from skyhub.trainer.tinker.exceptions import Unsupported
 
 LossFn = Callable[[Tensor, dict[str, Tensor], dict[str, float | str]], Tensor]
 

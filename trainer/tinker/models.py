@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from skyhub.errors import Unsupported
 from skyhub.trainer.policy import token_logprobs
+from skyhub.trainer.tinker.exceptions import Unsupported
 from skyhub.trainer.tinker.losses import get_loss
 from skyhub.trainer.tinker.wire import WireDatum
 

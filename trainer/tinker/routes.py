@@ -24,7 +24,8 @@ from typing import Any
 
 from fastapi import Request  # module level: FastAPI resolves route annotations here
 
-from skyhub.errors import Unsupported
+from skyhub.errors import SkyhubError
+from skyhub.trainer.tinker.exceptions import Unsupported
 from skyhub.trainer.tinker.service import TinkerService
 
 POLL_S = 20.0  # a retrieve_future waits this long before answering "ask again" (SDK: 45 s)
@@ -39,12 +40,12 @@ def _route(request_type: Any, handle: Any, service: TinkerService) -> Any:
     return route
 
 
-class _Refused(Exception):
+class _Refused(SkyhubError):
     def __init__(self, status: int, message: str) -> None:
         self.status, self.message = status, message
 
 
-class _TooLarge(Exception):
+class _TooLarge(SkyhubError):
     pass
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from skyhub.errors import Unsupported
+from skyhub.trainer.tinker.exceptions import Unsupported
 from skyhub.trainer.tinker.jobs import Jobs, Outcome
 from skyhub.trainer.tinker.wire import MAX_BODY
 
@@ -83,10 +83,11 @@ class TinkerService:
             try:
                 import vllm  # noqa: F401
             except ImportError:
-                from skyhub.errors import UsageError
+                from skyhub.errors import MissingDependency
 
-                raise UsageError("--engine vllm needs vLLM: `bash scripts/vllm-venv.sh`, then "
-                                 "run the server from .venv-vllm (or use --engine hf)") from None
+                raise MissingDependency("--engine vllm needs vLLM: `bash scripts/vllm-venv.sh`, "
+                                        "then run the server from .venv-vllm (or use --engine "
+                                        "hf)") from None
         self.state_dir = Path(state_dir)
         (self.state_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         if base_model == "tiny":  # a tiny random model, made in the state dir

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from skyhub.errors import BodyTooLarge, Unsupported
+from skyhub.trainer.tinker.exceptions import BodyTooLarge, Unsupported
 
 MAX_BODY = 128 << 20  # default limit of a request body, compressed or decompressed
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skyhub.errors import UsageError
 from skyhub.task import TaskSet
 
 BUNDLED = Path(__file__).parents[1] / "data"
@@ -52,6 +53,6 @@ def load(name: str, /, **kwargs: Any) -> SQLDataset:
     try:
         target = LOADERS[name]
     except KeyError:
-        raise ValueError(f"unknown SQL dataset {name!r}; known: {sorted(LOADERS)}") from None
+        raise UsageError(f"unknown SQL dataset {name!r}; known: {sorted(LOADERS)}") from None
     mod, fn = target.split(":")
     return getattr(importlib.import_module(mod), fn)(**kwargs)

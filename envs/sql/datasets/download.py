@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skyhub.errors import ChecksumMismatch, DownloadError, UnverifiedDownload, UsageError
+from skyhub.envs.sql.errors import UnverifiedDownload
+from skyhub.errors import ChecksumMismatch, DownloadError, UsageError
 
 _CHUNK = 1 << 20
 _JUNK = ("__MACOSX",)  # macOS resource forks that some releases zip up

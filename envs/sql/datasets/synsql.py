@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, UsageError
 from skyhub.task import Task, TaskSet
 
 from . import SQLDataset, default_dir
@@ -46,9 +46,9 @@ def load(data_dir: str | Path | None = None, split: str = "train", name: str = "
          n_tasks: int | None = None, **_: object) -> SQLDataset:
     """SynSQL-2.5M questions (all, or the first `n_tasks`)."""
     if split != "train":
-        raise ValueError(f"SynSQL-2.5M has one split, 'train'; got split={split!r}")
+        raise UsageError(f"SynSQL-2.5M has one split, 'train'; got split={split!r}")
     if n_tasks is not None and n_tasks < 0:
-        raise ValueError(f"n_tasks must be >= 0, got {n_tasks}")
+        raise UsageError(f"n_tasks must be >= 0, got {n_tasks}")
     root = find_root(data_dir, name)
     where = f"under {root}" if root is not None else f"(no data_dir, no $SKYHUB_DATA/{name}/)"
     if root is None or not (root / "data.json").is_file() or not (root / "databases").is_dir():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from skyhub.errors import UsageError
+
 from .base import Engine, QueryResult
 
 ENGINES = ("sqlite", "duckdb", "postgres")
@@ -23,7 +25,7 @@ def make_engine(name: str, **kwargs: Any) -> Engine:
         from .postgres import PostgresEngine
 
         return PostgresEngine(**kwargs)
-    raise ValueError(f"engine must be one of {ENGINES}, got {name!r}")
+    raise UsageError(f"engine must be one of {ENGINES}, got {name!r}")
 
 
 __all__ = ["ENGINES", "Engine", "QueryResult", "make_engine"]

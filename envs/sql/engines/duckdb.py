@@ -50,7 +50,8 @@ from typing import Any
 
 import duckdb
 
-from skyhub.errors import InfraError, WorkerLost
+from skyhub.envs.sql.errors import WorkerLost
+from skyhub.errors import InfraError
 
 from . import rewrite
 from .base import (

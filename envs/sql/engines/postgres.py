@@ -66,7 +66,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from skyhub.errors import InfraError, SandboxUnavailable, WorkerLost
+from skyhub.envs.sql.errors import WorkerLost
+from skyhub.errors import InfraError, SandboxUnavailable
 
 from . import rewrite, rewrite_postgres
 from .base import (

@@ -41,7 +41,8 @@ import time
 import weakref
 from typing import Any
 
-from skyhub.errors import InfraError, WorkerLost
+from skyhub.envs.sql.errors import WorkerLost
+from skyhub.errors import InfraError
 
 _HEADER = struct.Struct("!Q")
 _POLL_S = 0.01
