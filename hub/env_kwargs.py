@@ -79,8 +79,8 @@ def check_kwargs(s: Any, kwargs: dict[str, Any]) -> None:
             names = sorted(accepted)
             hints = []
             for k in unknown:
-                close = difflib.get_close_matches(k, names, n=1, cutoff=0.6)
-                hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+                close = _suggest(k, names)
+                hints.append(f"{k!r}" + (f" (did you mean {close!r}?)" if close else ""))
             listed = ", ".join(f"{n}={_show_default(accepted[n], s)}" for n in names)
             raise UsageError(
                 f"{s.id!r} does not take the kwarg{'s' if len(unknown) > 1 else ''} "
@@ -96,6 +96,16 @@ def check_kwargs(s: Any, kwargs: dict[str, Any]) -> None:
                 f"{s.id!r}: {k} expects {expected}, got {value!r} ({type(value).__name__}). "
                 f"On the command line {k}=3 is a number, {k}=word text ({k}='\"3\"' for "
                 f"digits as text), {k}='[1, 2]' a list.")
+
+
+def _suggest(unknown: str, names: list[str]) -> str | None:
+    """The accepted kwarg `unknown` most likely meant: a close spelling, else the one name that
+    holds it as whole words (`timeout` -> `retriever_timeout_s`, a family's longer name)."""
+    close = difflib.get_close_matches(unknown, names, n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    holding = [n for n in names if f"_{unknown}_" in f"_{n}_"]
+    return holding[0] if len(holding) == 1 else None
 
 
 def _show_default(info: KwargInfo, s: Any) -> str:

@@ -180,5 +180,5 @@ def test_old_kwarg_names_are_refused_naming_the_new_one(env_id: str, old: str, n
     assert f"does not take the kwarg {old!r}" in message
     listed = message.split("It accepts:")[1]
     assert f" {new}=" in listed and f" {old}=" not in listed
-    if "did you mean" in message:  # a suggestion, when difflib makes one, is the new name
+    if old != "path":  # nothing in `data_dir` says path
         assert f"did you mean {new!r}" in message
