@@ -10,7 +10,7 @@ from skyhub.errors import UsageError
 from . import protocol
 from .env import KernelEnv
 from .math_check import check_answer, prewarm
-from .math_grade import extract_answer
+from .math_extract import extract_answer
 from .math_tasks import load_math_tasks
 
 

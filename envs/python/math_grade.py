@@ -1,4 +1,5 @@
-"""Math answers: pull the final answer out of an agent's message and decide if it is right.
+"""Math answers: decide if an answer is right (`is_equiv`, `score`); `math_extract` pulls it
+out of an agent's message.
 
 Pure functions, no I/O, so the reward is cheap to call and easy to test. `is_equiv` never
 raises and never runs for long, whatever the agent wrote: it is called on untrusted text in
@@ -13,7 +14,7 @@ build (`9**9**9**9` is refused instead of computed), then evaluated and compared
 numerically, at random points when it has free symbols.
 
 Over ~400 lines, for a reason: one concept, answer equivalence: pure rules that build on
-each other (extraction, normalisation, numeric, symbolic).
+each other (normalisation, structure, numeric, symbolic).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import re
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["extract_answer", "gold_from_solution", "is_equiv", "score"]
+from .math_extract import braced, clean, last_boxed
+
+__all__ = ["is_equiv", "score"]
 
 REL_TOL = 1e-6
 ABS_TOL = 1e-9
@@ -34,101 +37,6 @@ MAX_SYMBOLIC_CHARS = 1000  # longer answers are not parsed by sympy
 MAX_TEXT_CHARS = 20_000  # longer answers are compared as raw strings only
 MAX_BITS = 100_000  # largest number (in bits) that evaluation may build
 MAX_ELEMENTS = 32  # largest tuple/set compared element-wise
-
-# ---------------------------------------------------------------------------- extraction
-
-_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
-_ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
-_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-
-
-def _braced(s: str, i: int) -> tuple[str, int] | None:
-    """(content, index after the closing brace) of the group opening at s[i] == '{'."""
-    depth = 0
-    for j in range(i, len(s)):
-        if s[j] == "{":
-            depth += 1
-        elif s[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return s[i + 1:j], j + 1
-    return None
-
-
-def _brace_pairs(text: str) -> dict[int, int]:
-    """Index of each '{' -> index of its '}', in one pass (unclosed ones are absent)."""
-    pairs: dict[int, int] = {}
-    stack: list[int] = []
-    for i, c in enumerate(text):
-        if c == "{":
-            stack.append(i)
-        elif c == "}" and stack:
-            pairs[stack.pop()] = i
-    return pairs
-
-
-def _last_boxed(text: str) -> str | None:
-    """Content of the last complete `\\boxed{...}`/`\\fbox{...}` (or `\\boxed 5`)."""
-    boxes = list(_BOX.finditer(text))
-    pairs = _brace_pairs(text) if boxes else {}
-    for m in reversed(boxes):
-        i = m.end()
-        while i < len(text) and text[i] == " ":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            if i in pairs:
-                return text[i + 1:pairs[i]]
-        elif i > m.end():  # `\boxed 5`: one token, up to whitespace or `$`
-            token = re.match(r"[^\s$]+", text[i:])
-            if token:
-                return token.group(0)
-    return None
-
-
-def _clean(ans: str) -> str:
-    ans = ans.strip()
-    while len(ans) >= 2 and ans[0] == "$" and ans[-1] == "$":
-        ans = ans[1:-1].strip()
-    for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
-        if ans.startswith(left) and ans.endswith(right):
-            ans = ans[2:-2].strip()
-    return ans.strip("$").strip()
-
-
-def extract_answer(text: str) -> str | None:
-    """The final answer in an agent's message, or None if it gave none.
-
-    The last `<answer>...</answer>` wins (an unclosed trailing `<answer>` runs to the end of
-    the text); a `\\boxed{}` inside it is unwrapped. Without an answer tag, the last
-    `\\boxed{...}`/`\\fbox{...}` is used. Whitespace and surrounding `$` are stripped.
-    """
-    if not isinstance(text, str):
-        return None
-    opens = list(_ANSWER_OPEN.finditer(text))
-    if opens:
-        start = opens[-1].end()
-        close = _ANSWER_CLOSE.search(text, start)
-        content = text[start:close.start() if close else len(text)]
-        boxed = _last_boxed(content)
-        content = _clean(boxed if boxed is not None else content)
-        if content:
-            return content
-    boxed = _last_boxed(text)
-    if boxed is None:
-        return None
-    return _clean(boxed) or None
-
-
-def gold_from_solution(solution: str) -> str | None:
-    """Gold answer of a MATH solution (its last `\\boxed{}`) or a GSM8K answer (`#### 42`)."""
-    if not isinstance(solution, str):
-        return None
-    if "####" in solution:
-        gold = solution.rsplit("####", 1)[1].strip()
-        return gold or None
-    boxed = _last_boxed(solution)
-    return _clean(boxed) if boxed is not None else None
-
 
 # ---------------------------------------------------------------------------- normalising
 
@@ -150,7 +58,7 @@ def _unwrap_text(s: str) -> str:
     parts: list[tuple[bool, str]] = []  # (is_text, chunk)
     i = 0
     while (m := _TEXT_CMD.search(s, i)) is not None:
-        got = _braced(s, m.end() - 1)
+        got = braced(s, m.end() - 1)
         if got is None:
             break
         parts.append((False, s[i:m.start()]))
@@ -182,12 +90,12 @@ def _drop_unit_tail(s: str) -> str:
 
 def _normalize(s: str) -> str:
     s = str(s).strip()
-    boxed = _last_boxed(s)
+    boxed = last_boxed(s)
     if boxed is not None:
         s = boxed
     for k, v in _UNICODE.items():
         s = s.replace(k, v)
-    s = _clean(s)
+    s = clean(s)
     s = _SPACING.sub(" ", s)
     s = re.sub(r"\\[dtc]frac(?![A-Za-z])", r"\\frac", s)
     s = _DEGREES.sub("", s)
@@ -326,7 +234,7 @@ def _arg(s: str, i: int) -> tuple[str, int]:
     if i >= len(s):
         raise _Unparseable("missing argument")
     if s[i] == "{":
-        got = _braced(s, i)
+        got = braced(s, i)
         if got is None:
             raise _Unparseable("unbalanced braces")
         return got

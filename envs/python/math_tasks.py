@@ -15,7 +15,7 @@ from typing import Any
 from skyhub.errors import DataNotFound
 from skyhub.task import Task, TaskSet, read_rows
 
-from .math_grade import gold_from_solution
+from .math_extract import gold_from_solution
 
 DATA_DIR = Path(__file__).parent / "data"
 BUNDLED_MATH = DATA_DIR / "math.jsonl"

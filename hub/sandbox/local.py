@@ -20,7 +20,7 @@ the only place that persists, and `restore` puts it back.
 `mounts={"/opt/x": "/host/path"}` adds read-only binds (with bwrap only; without it the host's
 paths are visible as they are). Without bwrap (`isolation="none"`, or "auto" when bwrap is
 missing, with a one-time warning) commands run on the host in the scratch dir: weak
-isolation, for development only.
+isolation, for development only. `local_bwrap` builds the bwrap argv and the sandbox's /etc.
 
 Which limits hold (verified on Debian 12, kernel 6.18, bwrap 0.8: as root, and as a plain
 user with and without bwrap):
@@ -64,8 +64,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
-import glob
 import json
 import math
 import os
@@ -74,17 +72,17 @@ import random
 import resource
 import shutil
 import stat
-import subprocess
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 from skyhub.errors import SandboxUnavailable, SkyhubError, UsageError
 from skyhub.sandbox import base as _b
-from skyhub.sandbox import local_cgroup, seccomp
+from skyhub.sandbox import local_cgroup
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
 from skyhub.sandbox.extract import extract
 from skyhub.sandbox.guest import procs, tars, trees
+from skyhub.sandbox.local_bwrap import bwrap_argv, bwrap_problem, find_bwrap, write_etc
 from skyhub.sandbox.local_cgroup import MemoryCgroup
 from skyhub.sandbox.local_scratch import (
     ENV_DIR,
@@ -107,24 +105,8 @@ from skyhub.sandbox.local_scratch import (
 )
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_RO_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-#: What a sandbox's /etc takes from the host's (read-only; globs allowed): the dynamic
-#: linker's cache, Debian's alternatives (awk, which...), python3's own config, and symlinks
-#: (time zone, os-release, mtab). Nothing that names the host's users, services or secrets;
-#: no /etc/profile or bash.bashrc (shells start with bash's defaults).
-ETC_FROM_HOST = ("alternatives", "ld.so.cache", "localtime", "mtab", "os-release", "python3*")
-#: What `network=True` adds: name resolution and TLS certificates.
-ETC_FOR_NETWORK = ("ca-certificates.conf", "gai.conf", "host.conf", "protocols",
-                   "resolv.conf", "services", "ssl/certs", "ssl/openssl.cnf")
-_NSSWITCH = "".join(f"{db}: files\n" for db in (
-    "passwd", "group", "shadow", "networks", "protocols", "services", "ethers", "rpc",
-    "netgroup")) + "hosts: files dns\n"
 _warned_weak = False
-_bwrap_checked: dict[bool, str] = {}  # as root? -> "" when bwrap works, else why not
 
-
-def find_bwrap() -> str | None:
-    return shutil.which("bwrap")
 
 
 def _warn_weak(why: str) -> None:
@@ -134,23 +116,6 @@ def _warn_weak(why: str) -> None:
         warnings.warn(f"skyhub local sandboxes run without isolation ({why}): commands see the "
                       "host's files and network. Install bubblewrap (apt-get install "
                       "bubblewrap) for real isolation.", RuntimeWarning, stacklevel=3)
-
-
-def _bwrap_problem(bwrap: str, uid: int | None) -> str:
-    """Why bwrap cannot make namespaces here (e.g. user namespaces are disabled), or ""."""
-    key = uid is not None
-    if key not in _bwrap_checked:
-        try:
-            nested = ["--unshare-user", "--disable-userns"] if _bwrap_disables_userns(
-                bwrap) else []
-            r = subprocess.run([bwrap, "--unshare-all", *nested, "--die-with-parent",
-                                "--ro-bind", "/", "/", "true"], capture_output=True, timeout=30,
-                               preexec_fn=lambda: drop_to(uid))
-            why = "" if r.returncode == 0 else r.stderr.decode(errors="replace").strip()
-        except (OSError, subprocess.SubprocessError) as e:
-            why = str(e)
-        _bwrap_checked[key] = why or ""
-    return _bwrap_checked[key]
 
 
 def _check_mounts(mounts: dict[str, str], workdir: str) -> dict[str, str]:
@@ -170,18 +135,6 @@ def _check_mounts(mounts: dict[str, str], workdir: str) -> dict[str, str]:
     return out
 
 
-@functools.cache
-def _bwrap_disables_userns(bwrap: str) -> bool:
-    """Whether this bwrap has `--disable-userns` (0.8 and later): without it a command can
-    make a nested user namespace and, inside it, mount what it likes (e.g. unsized tmpfs;
-    with a memory cgroup those pages are still charged to the sandbox)."""
-    try:
-        r = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--disable-userns" in r.stdout + r.stderr
-
-
 _warned_no_cgroup = False
 
 
@@ -194,16 +147,6 @@ def _warn_no_cgroup(why: str) -> None:
                       "memory pages are not counted. Run as root on a host with the cgroup "
                       "memory controller, or pass memory_cgroup='require' to refuse instead.",
                       RuntimeWarning, stacklevel=4)
-
-
-@functools.cache
-def _bwrap_sizes_tmpfs(bwrap: str) -> bool:
-    """Whether this bwrap has `--size` (0.5 and later): without it tmpfs mounts are unsized."""
-    try:
-        r = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--size" in r.stdout + r.stderr
 
 
 class LocalSandbox(Sandbox):
@@ -236,7 +179,7 @@ class LocalSandbox(Sandbox):
         self.uid = free_uid() if os.geteuid() == 0 else None
         self.bwrap = find_bwrap() if isolation != "none" else None
         problem = "bwrap is not on the PATH" if self.bwrap is None and isolation != "none" else (
-            _bwrap_problem(self.bwrap, self.uid) if self.bwrap else "")
+            bwrap_problem(self.bwrap, self.uid) if self.bwrap else "")
         if problem and isolation == "bwrap":
             raise SandboxUnavailable(f"local sandbox with isolation='bwrap': {problem}. Install "
                                      "bubblewrap (apt-get install bubblewrap) and allow user "
@@ -261,7 +204,10 @@ class LocalSandbox(Sandbox):
             if self.uid is not None:
                 os.chown(d, self.uid, self.uid)
         if self.bwrap:
-            self._write_etc()
+            self._etc_binds = write_etc(
+                self._root / "etc", uid=os.getuid() if self.uid is None else self.uid,
+                gid=os.getgid() if self.uid is None else self.uid, workdir=self.workdir,
+                network=self.network, mounts=self.mounts)
         if self.bwrap is None:
             self.workdir = str(self._work)
         cores = sorted(os.sched_getaffinity(0))
@@ -288,48 +234,6 @@ class LocalSandbox(Sandbox):
                     "pass memory_cgroup='auto'") from e
             _warn_no_cgroup(why)
             return None
-
-    def _write_etc(self) -> None:
-        """The sandbox's /etc, `<root>/etc`, bound read-only by `_bwrap_argv`: its own files,
-        the host's symlinks copied, and empty mount points for what is bound from the host
-        (`self._etc_binds`), so that an exec costs a handful of mounts."""
-        uid = os.getuid() if self.uid is None else self.uid
-        gid = os.getgid() if self.uid is None else self.uid
-        etc = self._root / "etc"
-        etc.mkdir(mode=0o755)
-        own = {
-            "passwd": f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{uid}:{gid}:sandbox:"
-                      f"{self.workdir}:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:"
-                      "/usr/sbin/nologin\n",
-            "group": f"root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n",
-            "hosts": "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost "
-                     "ip6-loopback\n",
-            "hostname": "sandbox\n",
-            "nsswitch.conf": _NSSWITCH,
-        }
-        for name, text in own.items():
-            (etc / name).write_text(text)
-            os.chmod(etc / name, 0o644)
-
-        def matches(patterns: tuple[str, ...]) -> list[str]:
-            return [h for p in patterns for h in sorted(glob.glob(os.path.join("/etc", p)))]
-
-        copied = matches(ETC_FROM_HOST)  # their symlinks as symlinks, the rest bound
-        bound = matches(ETC_FOR_NETWORK) if self.network else []  # followed: resolv.conf...
-        self._etc_binds: list[tuple[str, str]] = []
-        for inside in copied + bound + [p for p in self.mounts if p.startswith("/etc/")]:
-            place = etc / posixpath.relpath(inside, "/etc")
-            place.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            host = self.mounts.get(inside, inside)
-            if inside in copied and os.path.islink(host):
-                os.symlink(os.readlink(host), place)
-                continue
-            if os.path.isdir(host):
-                place.mkdir(mode=0o755, exist_ok=True)
-            else:
-                place.touch(mode=0o644)
-            if inside not in self.mounts:
-                self._etc_binds.append((host, inside))
 
     # -- commands ----------------------------------------------------------------------
     def exec(self, cmd: str | list[str], timeout: float | None = 30, cwd: str | None = None,
@@ -370,43 +274,12 @@ class LocalSandbox(Sandbox):
                     "LOGNAME": "sandbox", "TMPDIR": "/tmp" if self.bwrap else str(
                         self._root / "tmp"), **(env or {}), MARKER_ENV: self.id}
         if self.bwrap:
-            return full_env, self._bwrap_argv(inside, die_with_parent), "/"
+            return full_env, bwrap_argv(
+                str(self.bwrap), root=self._root, work=self._work, workdir=self.workdir,
+                cwd=inside, network=self.network, etc_binds=self._etc_binds,
+                mounts=self.mounts, disk_mb=self.disk_mb, prlimit=self.prlimit,
+                pids=self.pids, die_with_parent=die_with_parent), "/"
         return full_env, None, os.path.join(self._work, *self._resolve(inside))
-
-    def _bwrap_argv(self, cwd: str, die_with_parent: bool = True) -> list[str]:
-        # issue 28 (terminal): ptrace and process_vm_* fail with EPERM inside
-        argv = [*seccomp.bwrap_prefix(self._root), str(self.bwrap),
-                "--seccomp", str(seccomp.BWRAP_FD),
-                "--unshare-all", *(["--share-net"] if self.network else []),
-                # no nested user namespace: inside one, `mount -t tmpfs` makes unsized tmpfs
-                *(["--unshare-user", "--disable-userns"] if _bwrap_disables_userns(
-                    str(self.bwrap)) else []),
-                *(["--die-with-parent"] if die_with_parent else []), "--new-session",
-                "--hostname", "sandbox"]
-        for d in _RO_DIRS:
-            if os.path.islink(d):
-                argv += ["--symlink", os.readlink(d), d]
-            elif os.path.isdir(d):
-                argv += ["--ro-bind", d, d]
-        argv += ["--ro-bind", str(self._root / "etc"), "/etc"]
-        for host, inside in self._etc_binds:
-            argv += ["--ro-bind-try", host, inside]
-        for inside, host in self.mounts.items():
-            argv += ["--ro-bind", host, inside]
-        sized = _bwrap_sizes_tmpfs(str(self.bwrap))
-        tmp, shm = self.disk_mb << 20, max(1, self.disk_mb // 2) << 20
-        argv += ["--proc", "/proc",
-                 # bwrap's /dev is a tmpfs the sandbox could fill: read-only, but for /dev/shm
-                 "--dev", "/dev", "--remount-ro", "/dev",
-                 "--perms", "1777", *(["--size", str(shm)] if sized else []), "--tmpfs",
-                 "/dev/shm", *(["--size", str(tmp)] if sized else []), "--tmpfs", "/tmp",
-                 "--bind", str(self._work), self.workdir,
-                 # a read-only root: `rm -rf /` cannot delete the /lib and /bin symlinks that
-                 # every later program in this namespace needs
-                 "--remount-ro", "/", "--chdir", cwd]
-        if self.prlimit:  # in the new user namespace NPROC counts only the sandbox's tasks
-            argv += [self.prlimit, f"--nproc={self.pids}", "--"]
-        return argv
 
     def _limits(self) -> Callable[[], None]:
         """The preexec_fn that applies rlimits, CPU pinning and the sandbox uid."""

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from skyhub.envs.python.math_grade import extract_answer, gold_from_solution, is_equiv, score
+from skyhub.envs.python.math_extract import extract_answer, gold_from_solution
+from skyhub.envs.python.math_grade import is_equiv, score
 from skyhub.envs.python.math_tasks import BUNDLED_MATH, load_math_tasks
 from skyhub.errors import DataNotFound
 from skyhub.task import Task, TaskSet
