@@ -18,13 +18,14 @@ from typing import Any
 __all__ = ["TinkerServerThread", "TinkerService", "create_app", "serve", "tiny_base_model"]
 
 
+#: each public name -> the module that defines it
+_HOMES = {"TinkerServerThread": "server", "serve": "server", "TinkerService": "service",
+          "create_app": "routes", "tiny_base_model": "models"}
+
+
 def __getattr__(name: str) -> Any:  # lazily: the server needs torch, fastapi and tinker
-    if name == "tiny_base_model":
-        from skyhub.trainer.tinker.models import tiny_base_model
+    if name in _HOMES:
+        import importlib
 
-        return tiny_base_model
-    if name in __all__:
-        from skyhub.trainer.tinker import server
-
-        return getattr(server, name)
+        return getattr(importlib.import_module(f"skyhub.trainer.tinker.{_HOMES[name]}"), name)
     raise AttributeError(name)

@@ -9,9 +9,6 @@ this machine's CPU or GPU. This module runs it (`serve`, `TinkerServerThread`); 
 - `routes.py`: `create_app`, the HTTP routes of the SDK's protocol, the API key check and
   the request body limit;
 - `jobs.py`, `models.py`, `losses.py`, `wire.py`: see the package's docstring.
-
-`TinkerService`, `create_app`, `principal_of` and the limits are re-exported here, so old
-imports (`from skyhub.trainer.tinker.server import create_app`) keep working.
 """
 
 from __future__ import annotations
@@ -23,17 +20,10 @@ from typing import Any
 
 from skyhub.remote.guard import is_loopback
 from skyhub.remote.http_server import UvicornThread
-from skyhub.trainer.tinker.routes import POLL_S, create_app
-from skyhub.trainer.tinker.service import (
-    EPHEMERAL_PER_MODEL,
-    MAX_MODELS_PER_SESSION,
-    TinkerService,
-    _keys,
-    principal_of,
-)
+from skyhub.trainer.tinker.routes import create_app
+from skyhub.trainer.tinker.service import TinkerService, _keys
 
-__all__ = ["EPHEMERAL_PER_MODEL", "MAX_MODELS_PER_SESSION", "POLL_S", "TinkerServerThread",
-           "TinkerService", "create_app", "principal_of", "serve"]
+__all__ = ["TinkerServerThread", "serve"]
 
 
 def _checked_keys(api_key: str | Sequence[str] | None, host: str) -> tuple[str, ...]:
