@@ -7,6 +7,9 @@
 
 `skyhub eval ENV_ID ...` is short for `skyhub eval run ENV_ID ...`: the group falls back to
 `run` when its first argument is not a subcommand, so the common case stays one word.
+
+Over ~400 lines, for a reason: one command group, `skyhub eval`, whose subcommands share
+the run's console output (summary tables, progress, failures).
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ What the replay needs and where it finds it: `env_id`, `seed`, `task_id`, `messa
 `run.json` beside the file (an eval run directory), else from the caller. A record that lacks
 any of them, or that ended in an infra error (its actions are not a whole play), is counted
 as "could not replay", with the reason.
+
+Over ~400 lines, for a reason: one job, a replay: what is compared and how a difference is
+reported are one procedure, read top to bottom.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ Connections (`guarded_http_protocol`, `listen_socket`):
   3.11: 2.2 million log lines in 30 s); this is logged once per interval, with a count.
 
 Nothing here imports uvicorn or FastAPI at module level.
+
+Over ~400 lines, for a reason: one job, who reaches a local server: the caller policy and
+the connection limits guard the same front door of both servers and are checked together.
 """
 
 from __future__ import annotations

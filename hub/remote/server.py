@@ -44,8 +44,8 @@ What a client cannot do (the operator decides; a hostile client is assumed):
   session's env runs in its own single thread, and its slot stays counted until that thread
   is done, so stuck envs cannot pile up beyond `max_sessions`.
 
-Over ~400 lines, for a reason: one server: a session, its limits and its thread are one
-lifecycle.
+Over ~400 lines, for a reason: one server: a session, its limits and its messages are one
+lifecycle (its thread is `env_thread`, the token gate `token_gate`, uvicorn `http_server`).
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ produced the archive itself. So this module:
 
 Left-out members are logged (one warning per download), never raised: a sandbox's content is
 the agent's, and a planted link must not turn a download into an error the agent chose.
+
+Over ~400 lines, for a reason: one job, a hostile archive onto the host: the tar reader, the
+resolver of its links and the writer rely on each other's checks, so they are audited in one
+place.
 """
 
 from __future__ import annotations

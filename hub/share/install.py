@@ -20,6 +20,10 @@ and its code ran at import. So an install from a hub:
 Dependencies therefore come from the hub or are already installed; pip is never asked to find
 one elsewhere (a dependency's name is as open to confusion as the package's). Without
 `--from`, pip's own configuration is used, as `pip install` would.
+
+Over ~400 lines, for a reason: one job, an install that pip cannot redirect: reading the
+listing, choosing and verifying the files and pinning pip are one chain, each step relying on
+the one before.
 """
 
 from __future__ import annotations
