@@ -83,7 +83,7 @@ def random_model(config: Any, device: Any) -> Any:
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from skyhub.trainer.loop import enable_checkpointing
+    from skyhub.trainer.policy import enable_checkpointing
 
     torch.manual_seed(0)
     with torch.device(device):

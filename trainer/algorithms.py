@@ -48,6 +48,9 @@ Conventions a caller may rely on:
   split sum to the same loss and gradient (as OpenRLHF's ``batch_num_tokens`` /
   ``global_batch_size``). Without it, the tensor given is the whole batch.
 * Statistics come back as detached 0-dim tensors, so logging them does not force a device sync.
+
+Over ~400 lines, for a reason: one job, the maths of the loss, with each function's formula
+and its departures from SkyRL and OpenRLHF in its docstring beside the code they describe.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ below; what it leaves out keeps the defaults here. Overrides use dotted keys and
 (`rollout.stop=["</sql>"]`, `algo.dual_clip=null`). Unknown keys and values of the wrong type
 are `UsageError`s that name the closest key or the expected type, so a typo never trains a
 model with a silently ignored setting.
+
+Over ~400 lines, for a reason: one job, the configuration: every setting of a run, its
+default and why, in the dataclasses a recipe fills, and the checks that refuse a bad value.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ processes on a CPU machine. For more than one machine, run the same command on e
 `dist.nnodes`, `dist.node_rank` and `dist.master_addr`/`master_port` (torchrun's static
 rendezvous: node 0 holds rank 0; `dist.learner_ranks` is the total over the nodes).
 
+`launch(entrypoint, args, ...)` runs the function it is handed in every rank (the training
+loop hands it `loop.rank_main`), so this module imports nothing of the trainer above it.
 Rank 0 runs the training loop: envs, rollout engine, evaluation, logging, checkpoints' small
 files. Every rank holds a shard of the learner (`Learner(shard=True)`). Rank 0 drives the
 others through `ShardedLearner`: each call (`train_step(episodes, ...)`, `full_state_dict()`,
@@ -196,53 +198,6 @@ _LAUNCHER_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP
                   "MASTER_ADDR", "MASTER_PORT"}
 
 
-# ------------------------------------------------------------------------------ the ranks
-def rank_main(cfg: Any, live: bool | None) -> Any:
-    """One rank of a sharded run (what `launch` starts): rank 0 runs the training loop, the
-    others serve its learner calls. A UsageError (or MissingDependency) on rank 0 is
-    returned, for the caller to raise (a rank that raises takes the group down with a
-    traceback instead)."""
-    import torch.distributed as dist
-
-    from skyhub.errors import MissingDependency, UsageError
-    from skyhub.trainer import loop
-
-    if not cfg.loop.torch_threads and not torch.cuda.is_available():
-        # ranks on one CPU share its cores instead of each taking all of them
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-    init(cfg.dist.timeout_s)
-    try:
-        if dist.get_rank() != 0:
-            serve_learner(cfg)
-            return None
-        try:
-            return loop._train_here(cfg, live)
-        except (UsageError, MissingDependency) as e:
-            stop_workers()
-            return e
-    finally:
-        dist.destroy_process_group()
-
-
-def serve_learner(cfg: Any) -> None:
-    """A rank other than 0: build this rank's shard of the learner from rank 0's description
-    of the model (its class and config: the weights come from rank 0), then serve."""
-    from skyhub.trainer.learner import Learner
-    from skyhub.trainer.loop import enable_checkpointing, learner_algo, seed_everything
-
-    seed_everything(cfg.loop.seed, cfg.loop.deterministic)  # as rank 0 seeds its own
-    msg = receive()
-    if is_stop(msg):
-        return
-    cls, config, kwargs = msg
-    with torch.device("meta"):
-        lm = cls(config)
-    if cfg.model.gradient_checkpointing:
-        enable_checkpointing(lm)
-    serve(Learner(lm, learner_algo(cfg), cfg.optim, shard=True, **kwargs))
-
-
 # ------------------------------------------------------------------------------ launching
 def launch(entrypoint: Any, args: tuple[Any, ...], *, ranks: int, nnodes: int = 1,
            node_rank: int = 0, master_addr: str = "127.0.0.1", master_port: int = 29500
@@ -268,5 +223,5 @@ def launch(entrypoint: Any, args: tuple[Any, ...], *, ranks: int, nnodes: int = 
 
 
 __all__ = ["ShardedLearner", "active", "all_gather", "all_max", "device", "empty_cache", "init",
-           "launch", "outside_the_group", "rank_main", "receive", "send", "serve",
-           "serve_learner", "split", "stop_workers", "world_and_rank"]
+           "launch", "outside_the_group", "receive", "send", "serve", "split", "stop_workers",
+           "world_and_rank"]

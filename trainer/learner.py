@@ -26,26 +26,34 @@ sequences), computed before the split; each micro-batch contributes its share an
 add up, as OpenRLHF's `batch_num_tokens` / `global_batch_size` do. (SkyRL 0.3.1 divides each
 micro-batch's own mean by the number of micro-batches instead, so its step depends on the
 split; ours equals its step with one micro-batch per mini-batch.)
+
+Over ~400 lines, for a reason: one job, the optimisation step, read top to bottom (advantages,
+references, epochs, mini-batches, micro-batches, one rank or sharded), plus the two small
+functions a rank needs to build its learner (`learner_algo`, `serve_learner`).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from skyhub.errors import UsageError
 from skyhub.trainer import algorithms as A
 from skyhub.trainer import dist as D
-from skyhub.trainer.config import AlgoConfig, OptimConfig
+from skyhub.trainer.checkpoint import load_learner, save_learner
+from skyhub.trainer.config import AlgoConfig, OptimConfig, TrainConfig
 from skyhub.trainer.packing import MicroBatch, plan_micro_batches
 from skyhub.trainer.policy import (
     Gap,
     PolicyLogprobs,
     autocast,
+    enable_checkpointing,
     gap_metrics,
     logprob_gap,
     shard_policy,
@@ -78,8 +86,6 @@ class Learner:
         self.world, self.rank = D.world_and_rank() if shard else (1, 0)
         if shard:
             if algo.advantage == "gae":
-                from skyhub.errors import UsageError
-
                 raise UsageError("algo.advantage=gae (a critic) is not sharded yet: use "
                                  "dist.learner_ranks=1, or a critic-free estimator (grpo, rloo, "
                                  "dr_grpo, reinforce++)")
@@ -383,14 +389,35 @@ class Learner:
     def save(self, path: Path) -> None:
         """`path/model/` (transformers' format, float32) and the state to resume from exactly
         (see `checkpoint.py`). Sharded: a collective."""
-        from skyhub.trainer.checkpoint import save_learner
-
         save_learner(self, path)
 
     def load(self, path: Path) -> None:
-        from skyhub.trainer.checkpoint import load_learner
-
         load_learner(self, path)
+
+
+def learner_algo(cfg: TrainConfig) -> AlgoConfig:
+    """`cfg.algo` as the learner applies it: truncated importance sampling only where the
+    engine's weights can differ from the learner's (see `AlgoConfig.tis_cap`). The hf engine
+    in a synchronous loop samples with the weights the learner is about to train, so the
+    learner's logprobs are the sampling distribution's (every rank builds its learner with
+    this, so all agree)."""
+    same_weights = cfg.rollout.engine == "hf" and cfg.loop.mode == "sync"
+    return replace(cfg.algo, tis_cap=None) if same_weights else cfg.algo
+
+
+def serve_learner(cfg: TrainConfig) -> None:
+    """A rank other than 0 of a sharded run: build this rank's shard of the learner from rank
+    0's description of the model (its class and config: the weights come from rank 0), then
+    serve rank 0's calls on it (`dist.serve`) until rank 0 says stop."""
+    msg = D.receive()
+    if D.is_stop(msg):
+        return
+    cls, config, kwargs = msg
+    with torch.device("meta"):
+        lm = cls(config)
+    if cfg.model.gradient_checkpointing:
+        enable_checkpointing(lm)
+    D.serve(Learner(lm, learner_algo(cfg), cfg.optim, shard=True, **kwargs))
 
 
 class Critic(torch.nn.Module):

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from skyhub.errors import UsageError
+
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -156,8 +158,6 @@ def decoder_layers(lm: Any) -> list[torch.nn.Module]:
     """The repeated blocks FSDP shards one by one (`model.layers` in transformers' causal LMs)."""
     layers = getattr(lm.get_decoder(), "layers", None)
     if layers is None:
-        from skyhub.errors import UsageError
-
         raise UsageError(f"{type(lm).__name__}: no decoder layers at model.layers to shard; "
                          "dist.learner_ranks > 1 needs a transformers causal LM with them")
     return list(layers)
@@ -171,10 +171,14 @@ def empty_twin(lm: Any) -> Any:
     on = (lm.is_activation_checkpointing if hasattr(lm, "is_activation_checkpointing")
           else getattr(lm, "is_gradient_checkpointing", False))
     if on:
-        from skyhub.trainer.loop import enable_checkpointing
-
         enable_checkpointing(twin)
     return twin
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Gradient (activation) checkpointing, under the name this transformers version uses."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    (enable or model.gradient_checkpointing_enable)()
 
 
 def shard_policy(lm: Any, device: torch.device, dtype: torch.dtype, chunk: int | None = None
@@ -214,5 +218,5 @@ def shard_policy(lm: Any, device: torch.device, dtype: torch.dtype, chunk: int |
     return policy
 
 
-__all__ = ["PolicyLogprobs", "chunked_logprobs", "compute_dtype", "default_chunk", "gap_metrics",
-           "logprob_gap", "shard_policy", "token_logprobs"]
+__all__ = ["PolicyLogprobs", "chunked_logprobs", "compute_dtype", "default_chunk",
+           "enable_checkpointing", "gap_metrics", "logprob_gap", "shard_policy", "token_logprobs"]

@@ -39,7 +39,7 @@ def make_learner(sharded: bool, *, seed: int = 1, checkpointing: bool = False,
 
     from skyhub.trainer.config import AlgoConfig, OptimConfig
     from skyhub.trainer.learner import Learner
-    from skyhub.trainer.loop import enable_checkpointing
+    from skyhub.trainer.policy import enable_checkpointing
     from skyhub.trainer.tiny import tiny_model
 
     if sharded and dist.get_rank() != 0:

@@ -144,7 +144,7 @@ def batch(n: int, length: int, vocab: int) -> list[Trajectory]:
 ])
 def test_the_estimate_matches_the_peak_measured_on_cpu(hidden, layers, vocab, length,
                                                        checkpointing):
-    from skyhub.trainer.loop import enable_checkpointing
+    from skyhub.trainer.policy import enable_checkpointing
 
     model = tiny_model(vocab, hidden_size=hidden, layers=layers)
     if checkpointing:

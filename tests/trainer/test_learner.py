@@ -91,7 +91,7 @@ def test_gradient_accumulation_gives_the_same_gradient_as_one_big_batch(aggregat
 
 
 def test_gradient_checkpointing_gives_the_same_gradient():
-    from skyhub.trainer.loop import enable_checkpointing
+    from skyhub.trainer.policy import enable_checkpointing
 
     plain = step_grads(100_000)
     torch.manual_seed(0)

@@ -74,13 +74,13 @@ def test_the_653_recipes_eval_covers_every_database_of_the_eval_split(monkeypatc
     """SkyRL evaluates on all of its validation split; the recipe evaluates every task of
     Spider dev (here the bundled subset), not the first 64 (which are 2 databases)."""
     import skyhub
-    from skyhub.trainer.loop import _Evaluator
+    from skyhub.trainer.evaluator import Evaluator
     from skyhub.trainer.rollout import RolloutConfig
 
     monkeypatch.delenv("SKYHUB_DATA", raising=False)  # the bundled dev subset
     cfg = load_config("sql-grpo-653")
     assert cfg.env.eval_id == "sql-spider" and cfg.loop.eval_tasks is None
-    chosen = _Evaluator(cfg, None, None, RolloutConfig()).task_ids()
+    chosen = Evaluator(cfg, None, None, RolloutConfig()).task_ids()
     with skyhub.make(cfg.env.eval_id, **cfg.env.eval_kwargs) as env:
         tasks = env.unwrapped.tasks
     db_of = {t.id: t.meta["db_id"] for t in tasks}
@@ -91,7 +91,7 @@ def test_the_653_recipes_eval_covers_every_database_of_the_eval_split(monkeypatc
 
 def test_a_seeded_eval_sample_spans_every_database(monkeypatch):
     import skyhub
-    from skyhub.trainer.loop import _Evaluator, eval_task_ids
+    from skyhub.trainer.evaluator import Evaluator, eval_task_ids
     from skyhub.trainer.rollout import RolloutConfig
 
     monkeypatch.delenv("SKYHUB_DATA", raising=False)
@@ -100,7 +100,7 @@ def test_a_seeded_eval_sample_spans_every_database(monkeypatch):
     db_of = {t.id: t.meta["db_id"] for t in tasks}
     every_db = set(db_of.values())
     cfg = load_config("sql-grpo-653", ["loop.eval_tasks=40", "loop.seed=3"])
-    sample = _Evaluator(cfg, None, None, RolloutConfig()).task_ids()
+    sample = Evaluator(cfg, None, None, RolloutConfig()).task_ids()
     assert len(sample) == len(set(sample)) == 40 and {db_of[i] for i in sample} == every_db
     assert sample == eval_task_ids(tasks, 40, seed=3)  # the same tasks at every evaluation
     assert sample != eval_task_ids(tasks, 40, seed=4)

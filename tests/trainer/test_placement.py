@@ -8,7 +8,6 @@ and the Ray path runs on a real local Ray whose GPUs are logical resources."""
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import types
 from concurrent.futures import Future
@@ -305,7 +304,7 @@ def test_the_loop_sleeps_trains_wakes_then_syncs_colocated_engines(tmp_path, mon
     """Stand-in vLLM engines (at the boundary: an HF engine generates; sleep and wake are
     recorded), placed as a 2-GPU plan: two engines colocated with two learner GPUs, or one
     engine on the GPU a one-rank learner leaves (split: nothing sleeps)."""
-    from skyhub.trainer import loop, memory
+    from skyhub.trainer import loop
     from skyhub.trainer.inference import hf as hf_module
     from skyhub.trainer.learner import Learner
 
@@ -360,16 +359,15 @@ def test_the_loop_sleeps_trains_wakes_then_syncs_colocated_engines(tmp_path, mon
         return StandIn(model, tokenizer, seed=seed, **kwargs)
 
     checked: list[object] = []
-    fake_sync = types.ModuleType("skyhub.trainer.weight_sync")
-    fake_sync.check_sync = lambda engine, model: (checked.append(engine), note("check"))
-    monkeypatch.setitem(sys.modules, "skyhub.trainer.weight_sync", fake_sync)
+    monkeypatch.setattr(loop, "check_sync",
+                        lambda engine, model: (checked.append(engine), note("check")))
     shape = (["dist.learner_ranks=2", "dist.rollout_engines=2"] if layout == "colocated" else
              ["dist.learner_ranks=1", "dist.rollout_engines=1", "dist.rollout_layout=split"])
     gpu_plan = rollout_plan(cfg("rollout.engine=vllm", "dist.rollout_tp=1", *shape,
                                 recipe="tiny-cpu"),
                             parse_devices("2x80GB"),
                             learner_resident=1 * GiB, learner_peak=2 * GiB)
-    monkeypatch.setattr(memory, "run_plan", lambda c: gpu_plan)
+    monkeypatch.setattr(loop, "run_plan", lambda c: gpu_plan)
     monkeypatch.setattr(loop, "_check_vllm", lambda: None)
     monkeypatch.setattr("skyhub.trainer.inference.startup.make_engine", make_engine)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

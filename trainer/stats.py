@@ -1,0 +1,78 @@
+"""What a training step logs beside the learner's own statistics: the episodes' (reward,
+success, turns, lengths, staleness, groups without signal), the learner's statistics less
+those that cannot move in this run, and tokens per second of generation and training.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from skyhub.trainer.config import TrainConfig
+from skyhub.trainer.learner import learner_algo
+
+
+def episode_metrics(episodes: list[Any], step: int) -> dict[str, float]:
+    ok = [e for e in episodes if not e.infra_error]
+    n = max(len(ok), 1)
+    rewards = [e.reward for e in ok]
+    mean = sum(rewards) / n
+    versions = [e.min_version for e in ok if e.min_version >= 0]
+    groups: dict[int, set[float]] = {}
+    for e in ok:
+        groups.setdefault(e.group, set()).add(e.reward)
+    lengths = [e.agent_tokens for e in ok] or [0]
+    return {"reward_mean": mean,
+            "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / n),
+            "success_rate": sum(e.outcome == "success" for e in ok) / n,
+            "episodes": float(len(episodes)),
+            "infra_errors": float(len(episodes) - len(ok)),
+            "truncated_frac": sum(e.truncated for e in ok) / n,
+            "turns_mean": sum(e.turns for e in ok) / n,
+            "response_tokens_mean": sum(e.agent_tokens for e in ok) / n,
+            "response_tokens_min": float(min(lengths)),
+            "response_tokens_max": float(max(lengths)),
+            # groups whose samples all scored the same: no signal for GRPO-style estimators
+            "zero_variance_groups": (sum(len(r) == 1 for r in groups.values())
+                                     / max(len(groups), 1)),
+            "seq_tokens_mean": sum(len(e.token_ids) for e in ok) / n,
+            "staleness_mean": (sum(step - v for v in versions) / len(versions)
+                               if versions else 0.0),
+            "staleness_max": float(max((step - v for v in versions), default=0))}
+
+
+#: Learner statistics that are exactly 1 (ratio, TIS weight) or 0 (clip fraction, approx
+#: KL) unless the policy that is trained differs from the one that sampled.
+OFF_POLICY_KEYS = ("ratio_mean", "clip_frac", "approx_kl", "dual_clip_frac")
+TIS_KEYS = ("tis_weight_mean", "tis_capped_frac")
+
+
+def informative(metrics: dict[str, float], cfg: TrainConfig) -> dict[str, float]:
+    """The learner's statistics less those that cannot differ from their on-policy value in
+    this run: the ratio, clip fraction and approx KL need several epochs or mini-batches
+    (the policy moves between sampling and training) or an asynchronous loop; the TIS
+    weight needs TIS applied (an engine whose weights can differ: `learner_algo`)."""
+    o = cfg.optim
+    moves = (o.epochs > 1 or o.mini_batch_size < o.train_batch_size
+             or cfg.loop.mode == "async" or cfg.rollout.engine != "hf")
+    drop = set(() if moves else OFF_POLICY_KEYS)
+    if learner_algo(cfg).tis_cap is None:
+        drop.update(TIS_KEYS)
+    return {k: v for k, v in metrics.items() if k not in drop}
+
+
+def throughput(episodes: list[Any], rollout_stats: dict[str, Any], train_s: float,
+               epochs: int) -> dict[str, float]:
+    """Tokens per second: sampled by the engine over the rollout's wall time, and trained
+    (every token of every episode the learner used, each epoch) over the learner's."""
+    used = [e for e in episodes if not e.infra_error and e.agent_tokens > 0]
+    gen_s = float(rollout_stats.get("rollout_s") or 0.0)
+    out = {}
+    if gen_s > 0:
+        out["gen_tokens_per_s"] = sum(e.agent_tokens for e in episodes) / gen_s
+    if train_s > 0:
+        out["train_tokens_per_s"] = epochs * sum(len(e.token_ids) for e in used) / train_s
+    return out
+
+
+__all__ = ["OFF_POLICY_KEYS", "TIS_KEYS", "episode_metrics", "informative", "throughput"]
