@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from skyhub.errors import UsageError
+
 
 def save_learner(learner: Any, path: Path) -> None:
     """Write `learner`'s checkpoint under `path` (a collective when it is sharded)."""
@@ -55,8 +57,6 @@ def load_learner(learner: Any, path: Path) -> None:
     )
 
     if not (path / "learner").is_dir():
-        from skyhub.errors import UsageError
-
         raise UsageError(f"{path}: no learner/ state to resume from (a checkpoint written by "
                          "an older skyhub); train again without --resume")
     state = _state(learner)

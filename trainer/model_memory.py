@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyhub.errors import UsageError
+from skyhub.trainer.tiny import VOCAB_SIZE
 
 GiB = 2**30
 
@@ -94,8 +95,6 @@ def model_shape(cfg: Any) -> tuple[ModelShape, str]:
     directory's or the hub cache's config.json (nothing is downloaded); else `KNOWN`."""
     m = cfg.model
     if m.name_or_path == "tiny":
-        from skyhub.trainer.tiny import VOCAB_SIZE
-
         return (ModelShape("tiny", vocab=VOCAB_SIZE, hidden=m.tiny_hidden, layers=m.tiny_layers,
                            heads=4, kv_heads=2, intermediate=2 * m.tiny_hidden, tied=True),
                 "the tiny model's settings")
