@@ -216,7 +216,8 @@ def _grade_in_process(sandbox: Sandbox, subdir: str, tests: dict[str, Any], pyth
     # a test may cost its limit twice (a timed-out program is restarted, its load timed too)
     budget = min(timeout * 2 * (total + 1), max(2 * timeout, MAX_TOTAL_TIMEOUT))
     spec.update(limit=timeout, budget=budget)
-    _call(sandbox.write_file, f"{subdir}/sandbox_runner.py", _runner_source())
+    for name, text in _runner_sources().items():
+        _call(sandbox.write_file, f"{subdir}/{name}", text)
     nonce = secrets.token_hex(16)
     overall = budget + timeout + 30.0  # the verifier stops itself at `budget`
     # the tests travel on stdin, read by the verifier before the program starts: they are
@@ -249,8 +250,11 @@ def _grade_in_process(sandbox: Sandbox, subdir: str, tests: dict[str, Any], pyth
 
 
 @functools.cache
-def _runner_source() -> str:
-    return (Path(__file__).resolve().parent / "sandbox_runner.py").read_text(encoding="utf-8")
+def _runner_sources() -> dict[str, str]:
+    """The in-sandbox test runner's files: the verifier and the program side it loads."""
+    here = Path(__file__).resolve().parent
+    return {name: (here / name).read_text(encoding="utf-8")
+            for name in ("sandbox_runner.py", "sandbox_program.py")}
 
 
 def _ended(stdout: str, nonce: str) -> bool:

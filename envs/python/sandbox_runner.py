@@ -4,9 +4,11 @@ crosses between them.
 
 `python3 -I sandbox_runner.py` is the *verifier*. It makes itself undumpable (a process of the same
 uid can then neither ptrace it, read its memory nor open its fds), reads a nonce and the spec
-(tests, setup code, time limits) from stdin, and only then starts the *program server*: this
-same source, run as `python3 -I -c SOURCE program` in a new session, with empty stdin, its
-stdout on stderr, and the request/reply pipes on private descriptors. The server runs the
+(tests, setup code, time limits) from stdin, and only then starts the *program server*: the
+source of sandbox_program.py (beside this file, read once at that point, which is also where
+the verifier takes the wire from), run as `python3 -I -c SOURCE program` in a new session,
+with empty stdin, its stdout on stderr, and the request/reply pipes on private descriptors.
+The server runs the
 setup code and program.py, then answers the verifier's requests: call a program function,
 get an attribute of, iterate over or take the length of an object it returned. Values come
 back in a tagged JSON format and are decoded into exact builtin types (int, float, str,
@@ -19,6 +21,10 @@ here by an opaque handle that compares equal only to itself. So:
   to its stdout, which the program has no descriptor for; forged lines are not tagged.
 The program may kill or stop the verifier; then verdicts go missing, which is a failure.
 Standard library only (it runs on the sandbox's python3, 3.8 or newer).
+
+Over ~400 lines, for a reason: one job, the verifier's side of a grading the program must not
+sway: the server's restarts, the remote handles and the tests' namespace each close a hole
+the others rely on being closed, so they are read together.
 """
 
 import builtins
@@ -26,252 +32,16 @@ import contextlib
 import json
 import os
 import re
-import select
 import signal
-import struct
 import subprocess
 import sys
 import time
+import types
 
 TAG = "SKYHUB-GRADE"
-MAX_MESSAGE = 8 << 20  # bytes: the largest reply the verifier decodes
-MAX_DEPTH = 200  # nesting of a value; deeper values are refused (both directions)
-_REASON = 200
 START_TIMEOUT_S = 60.0  # for the program server's interpreter to start (not the program)
-_INT_JSON = 1 << 53  # ints beyond this travel as hex (no decimal digit limit, no precision loss)
-
-
-# ------------------------------------------------------------------------ framing
-def _write_msg(fd, obj):
-    body = json.dumps(obj, separators=(",", ":")).encode("utf-8", "surrogatepass")
-    data = struct.pack(">I", len(body)) + body
-    while data:
-        n = os.write(fd, data)
-        data = data[n:]
-
-
-def _read_exact(fd, n, deadline):
-    chunks, got = [], 0
-    while got < n:
-        if deadline is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise _Timeout()
-            if not select.select([fd], [], [], wait)[0]:
-                continue
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
-            raise EOFError()
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _read_msg(fd, deadline=None, limit=MAX_MESSAGE):
-    (size,) = struct.unpack(">I", _read_exact(fd, 4, deadline))
-    if size > limit:
-        raise _TooLarge(size)
-    return json.loads(_read_exact(fd, size, deadline).decode("utf-8", "surrogatepass"))
-
-
-class _Timeout(BaseException):
-    """A test's time is up (raised by the alarm, or by a read past its deadline)."""
-
-
-class _TooLarge(Exception):
-    pass
-
-
-# ------------------------------------------------------------------------ values
-# Scalars travel as JSON (None, bool, int up to 2**53, float incl. NaN/Infinity, str) and a
-# list as a JSON array; everything else as a one-key object: {"t": [..]} tuple, {"s": [..]}
-# set, {"f": [..]} frozenset, {"d": [[k, v], ..]} dict, {"b": hex} bytes, {"y": hex}
-# bytearray, {"c": [re, im]} complex, {"i": hex} a big int, {"r": n} a handle to an object
-# kept by the program server, {"g": name} one of the program's names.
-
-def encode(v, ref, depth=0):
-    """The wire form of `v`; `ref(obj)` encodes what is not plain data (or raises)."""
-    if depth > MAX_DEPTH:
-        raise ValueError("the value is nested too deeply")
-    if v is None or isinstance(v, (bool, str)):
-        return str.__str__(v) if isinstance(v, str) else v
-    if isinstance(v, int):
-        v = int.__int__(v)
-        return v if -_INT_JSON < v < _INT_JSON else {"i": hex(v)}
-    if isinstance(v, float):
-        return float.__float__(v)
-    d = depth + 1
-    if isinstance(v, (list, tuple)):
-        items = [encode(x, ref, d) for x in (list.__iter__(v) if isinstance(v, list)
-                                            else tuple.__iter__(v))]
-        return items if isinstance(v, list) else {"t": items}
-    if isinstance(v, dict):
-        return {"d": [[encode(k, ref, d), encode(x, ref, d)]
-                      for k, x in dict.items(v)]}
-    if isinstance(v, frozenset):
-        return {"f": [encode(x, ref, d) for x in frozenset.__iter__(v)]}
-    if isinstance(v, set):
-        return {"s": [encode(x, ref, d) for x in set.__iter__(v)]}
-    if isinstance(v, bytes):
-        return {"b": bytes.hex(v)}
-    if isinstance(v, bytearray):
-        return {"y": bytearray.hex(v)}
-    if isinstance(v, complex):
-        return {"c": [complex.real.__get__(v), complex.imag.__get__(v)]}
-    return ref(v)
-
-
-def decode(x, handle, depth=0):
-    """Exact builtin values from the wire form; `handle(kind, key)` makes what {"r"}/{"g"}
-    stand for. Anything malformed raises ValueError."""
-    if depth > MAX_DEPTH:
-        raise ValueError("the value is nested too deeply")
-    t = type(x)
-    if x is None or t is bool or t is int or t is float or t is str:
-        return x
-    d = depth + 1
-    if t is list:
-        return [decode(e, handle, d) for e in x]
-    if t is not dict or len(x) != 1:
-        raise ValueError("malformed value")
-    ((tag, v),) = x.items()
-    if tag in ("t", "s", "f") and type(v) is list:
-        items = [decode(e, handle, d) for e in v]
-        return tuple(items) if tag == "t" else set(items) if tag == "s" else frozenset(items)
-    if tag == "d" and type(v) is list:
-        out = {}
-        for pair in v:
-            if type(pair) is not list or len(pair) != 2:
-                raise ValueError("malformed dict")
-            out[decode(pair[0], handle, d)] = decode(pair[1], handle, d)
-        return out
-    if tag in ("b", "y") and type(v) is str:
-        return bytes.fromhex(v) if tag == "b" else bytearray.fromhex(v)
-    if tag == "c" and type(v) is list and len(v) == 2 and all(type(e) is float for e in v):
-        return complex(v[0], v[1])
-    if tag == "i" and type(v) is str:
-        return int(v, 16)
-    if tag in ("r", "g"):
-        return handle(tag, v)
-    raise ValueError("malformed value")
-
-
-def _reason(e, limit):
-    if isinstance(e, _Timeout):
-        return f"timed out after {limit:g}s"
-    try:
-        name, msg = type(e).__name__, str(e)
-    except BaseException:
-        return "unprintable exception"
-    if isinstance(e, SystemExit):
-        return f"SystemExit({msg}): the program exited"
-    if isinstance(e, ProgramFailed):
-        return msg[:_REASON]
-    return (name + (": " + msg if msg else ""))[:_REASON]
-
-
-# ------------------------------------------------------------------------ program server
-def serve_program():
-    """Run setup + program.py, then answer requests until the verifier goes away."""
-    rfd, wfd = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(2, 1)  # the program's prints must not reach the reply pipe
-    os.close(null)
-    objects, ids = [], {}
-
-    def ref(obj):
-        key = id(obj)
-        if key not in ids:
-            ids[key] = len(objects)
-            objects.append(obj)  # kept alive: its id stays unique
-        return {"r": ids[key]}
-
-    ns = {"__name__": "solution", "__builtins__": builtins}
-
-    def resolve(kind, key):
-        if kind == "r" and type(key) is int and 0 <= key < len(objects):
-            return objects[key]
-        if kind == "g" and type(key) is str and key in ns:
-            return ns[key]
-        raise ValueError("unknown object")
-
-    def reply(fn):
-        try:
-            value = fn()
-            return {"ok": encode(value, ref)}
-        except StopIteration:
-            return {"stop": True}
-        except BaseException as e:  # SystemExit in a function fails too
-            return {"err": [type(e).__name__, _reason(e, 0)]}
-
-    _write_msg(wfd, {"hello": True})  # started: the load's clock starts now
-    req = _read_msg(rfd)
-    loaded = reply(lambda: _load(ns, req.get("setup") or ""))
-    if "ok" in loaded:
-        loaded["names"] = _names(ns, ref)
-    _write_msg(wfd, loaded)
-    while True:
-        try:
-            req = _read_msg(rfd)
-        except (EOFError, OSError, ValueError):
-            os._exit(0)
-        _write_msg(wfd, _answer(req, resolve, reply))
-
-
-def _load(ns, setup):
-    exec(compile(setup, "<setup>", "exec"), ns)
-    with open("program.py", "rb") as f:
-        exec(compile(f.read(), "program.py", "exec"), ns)
-
-
-def _names(ns, ref):
-    """What the tests may use of the program's namespace (builtins excluded: the verifier
-    keeps its own), each as ["call"], ["module", name] or ["value", wire form]."""
-    out = {}
-    for name, v in list(ns.items()):
-        if name.startswith("__") or not isinstance(name, str):
-            continue
-        if type(v).__name__ == "module":
-            out[name] = ["module", getattr(v, "__name__", "")]
-        elif callable(v):
-            out[name] = ["call"]
-        else:
-            try:
-                out[name] = ["value", encode(v, ref)]
-            except BaseException:
-                continue
-    return out
-
-
-def _answer(req, resolve, reply):
-    def run():
-        def dec(x):
-            return decode(x, resolve)
-
-        op = req.get("op")
-        if op == "call":
-            return dec(req["f"])(*dec(req["a"]), **dec(req["k"]))
-        obj = dec(req.get("o"))
-        if op == "getattr":
-            return getattr(obj, str(req["name"]))
-        if op in _UNARY:
-            return _UNARY[op](obj)
-        if op == "getitem":
-            return obj[dec(req["k"])]
-        if op == "contains":
-            return dec(req["k"]) in obj
-        raise ValueError(f"unknown request {op!r}")
-
-    return reply(run)
-
-
-_UNARY = {"iter": iter, "next": next, "len": len, "bool": bool, "str": str, "repr": repr}
-
-
-# ------------------------------------------------------------------------ verifier
-class ProgramFailed(Exception):
-    """The program's process died, timed out or answered nonsense during a test."""
+#: the program side and the wire (sandbox_program.py beside this file), loaded by `verify`
+wire = None
 
 
 class _Server:
@@ -304,14 +74,14 @@ class _Server:
             os.close(child_w)
         self.rfd, self.wfd = rfd, wfd
         try:
-            _read_msg(self.rfd, time.monotonic() + START_TIMEOUT_S)
-            _write_msg(self.wfd, {"setup": self.setup})
-            reply = _read_msg(self.rfd, time.monotonic() + self.limit)
-        except _Timeout:
+            wire.read_msg(self.rfd, time.monotonic() + START_TIMEOUT_S)
+            wire.write_msg(self.wfd, {"setup": self.setup})
+            reply = wire.read_msg(self.rfd, time.monotonic() + self.limit)
+        except wire.Timeout:
             self.load_error = f"timed out after {self.limit:g}s"
         except (EOFError, OSError):
             self.load_error = self._death()
-        except (ValueError, RecursionError, MemoryError, _TooLarge):
+        except (ValueError, RecursionError, MemoryError, wire.TooLarge):
             self.load_error = "the program's process answered nonsense"
         else:
             if "ok" in reply and type(reply.get("names")) is dict:
@@ -353,30 +123,30 @@ class _Server:
 
     def request(self, req, gen):
         if gen is not None and gen != self.gen:
-            raise ProgramFailed("an object from an earlier run of the program, which has "
+            raise wire.ProgramFailed("an object from an earlier run of the program, which has "
                                 "since been restarted")
         if not self.alive():
-            raise ProgramFailed("the program's process is gone (it died earlier in this test)")
+            raise wire.ProgramFailed("the program's process is gone (it died earlier in this test)")
         try:
-            _write_msg(self.wfd, req)
-            reply = _read_msg(self.rfd)
-        except _Timeout:
+            wire.write_msg(self.wfd, req)
+            reply = wire.read_msg(self.rfd)
+        except wire.Timeout:
             self.stop()
             raise
-        except _TooLarge as e:
+        except wire.TooLarge as e:
             self.stop()
-            raise ProgramFailed(f"the program returned a value too large to compare "
+            raise wire.ProgramFailed(f"the program returned a value too large to compare "
                                 f"({e.args[0]} bytes)") from None
         except (EOFError, OSError):
             why = self._death()
             self.stop()
-            raise ProgramFailed(why) from None
+            raise wire.ProgramFailed(why) from None
         except (ValueError, RecursionError, MemoryError):
             self.stop()
-            raise ProgramFailed("the program's process answered nonsense") from None
+            raise wire.ProgramFailed("the program's process answered nonsense") from None
         if type(reply) is not dict:
             self.stop()
-            raise ProgramFailed("the program's process answered nonsense")
+            raise wire.ProgramFailed("the program's process answered nonsense")
         return reply
 
 
@@ -400,15 +170,15 @@ class _Remote:
         reply = srv.request(req, self._gen)
         if "ok" in reply:
             try:
-                return decode(reply["ok"], lambda kind, key: _Remote(srv, srv.gen, kind, key))
+                return wire.decode(reply["ok"], lambda kind, key: _Remote(srv, srv.gen, kind, key))
             except (ValueError, TypeError, RecursionError, MemoryError) as e:
-                raise ProgramFailed(f"the program returned a malformed value: {e}") from None
+                raise wire.ProgramFailed(f"the program returned a malformed value: {e}") from None
         if reply.get("stop") is True:
             raise StopIteration
         err = reply.get("err")
         if type(err) is list and len(err) == 2 and all(type(e) is str for e in err):
             raise _remote_exception(err[0], err[1])
-        raise ProgramFailed("the program's process answered nonsense")
+        raise wire.ProgramFailed("the program's process answered nonsense")
 
     def __call__(self, *args, **kwargs):
         return self._ask({"op": "call", "f": self._wire(), "a": _arg(list(args)),
@@ -464,23 +234,35 @@ def _arg(value):
             return obj._wire()
         raise TypeError(f"cannot pass a {type(obj).__name__} to the program")
 
-    return encode(value, ref)
+    return wire.encode(value, ref)
 
 
 def _remote_exception(name, message):
     """The program's exception, as the builtin of that name when there is one (so a test's
-    `except ValueError` works), else a ProgramFailed; its text is the program's."""
+    `except ValueError` works), else a wire.ProgramFailed; its text is the program's."""
     msg = message.split(": ", 1)[1] if message.startswith(name + ": ") else (
         "" if message == name else message)
     kind = getattr(builtins, name, None)
     if name == "SystemExit":
-        return ProgramFailed(message)
+        return wire.ProgramFailed(message)
     if isinstance(kind, type) and issubclass(kind, Exception) and kind is not StopIteration:
         try:
             return kind(msg) if msg else kind()
         except Exception:
             pass
-    return ProgramFailed(message)
+    return wire.ProgramFailed(message)
+
+
+def _load_program_side():
+    """Read sandbox_program.py (beside this file) once, run it as the module `wire`, and
+    return its text: what the program server is started from."""
+    global wire
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_program.py")
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    wire = types.ModuleType("sandbox_program")
+    exec(compile(source, path, "exec"), wire.__dict__)
+    return source
 
 
 def verify():
@@ -494,8 +276,7 @@ def verify():
     os.close(null)
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(4300)
-    with open(os.path.abspath(__file__), encoding="utf-8") as f:
-        source = f.read()
+    source = _load_program_side()
     out = sys.stdout.buffer
 
     def emit(text):
@@ -512,7 +293,7 @@ def verify():
     srv = _Server(source, spec["setup"], limit)
 
     def on_alarm(signum, frame):
-        raise _Timeout()
+        raise wire.Timeout()
 
     signal.signal(signal.SIGALRM, on_alarm)
     ns = None
@@ -534,9 +315,9 @@ def verify():
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except BaseException as e:  # a timeout is a BaseException
-            if isinstance(e, _Timeout):
+            if isinstance(e, wire.Timeout):
                 srv.stop()  # its reply may still come: never read it as the next one's
-            emit(f"{i} fail {json.dumps(_reason(e, limit))}")
+            emit(f"{i} fail {json.dumps(wire.reason(e, limit))}")
         else:
             emit(f"{i} pass \"\"")
     srv.stop()
@@ -580,7 +361,7 @@ def _namespace(srv, spec):
                 ns[name] = __import__(what[1], fromlist=["_"])
         elif what[:1] == ["value"] and len(what) == 2:
             with contextlib.suppress(ValueError, TypeError, RecursionError, MemoryError):
-                ns[name] = decode(what[1], lambda kind, key: _Remote(srv, srv.gen, kind, key))
+                ns[name] = wire.decode(what[1], lambda kind, key: _Remote(srv, srv.gen, kind, key))
     exec(compile(spec["setup"], "<setup>", "exec"), ns)
     exec(compile(spec["post"], "<tests>", "exec"), ns)
     return ns
@@ -650,7 +431,4 @@ def _undumpable():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["program"]:
-        serve_program()
-    else:
-        verify()
+    verify()

@@ -36,7 +36,8 @@ ERROR_MODULES = ["skyhub.errors", "skyhub.envs.sql.errors", "skyhub.envs.harbor.
 
 #: Files that run where skyhub is not installed (a sandbox's own python3): their exceptions
 #: cannot derive from skyhub's.
-IN_SANDBOX_DIRS = ("envs/python/sandbox_runner.py", "envs/python/image/", "hub/sandbox/guest/")
+IN_SANDBOX_DIRS = ("envs/python/sandbox_runner.py", "envs/python/sandbox_program.py",
+                   "envs/python/image/", "hub/sandbox/guest/")
 
 #: Exception classes that are not skyhub errors, on purpose.
 NOT_SKYHUB = {

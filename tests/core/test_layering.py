@@ -33,6 +33,8 @@ IN_SANDBOX = {
     "envs/python/sandbox_runner.py": "python-code's test runner, run as `python3 -I "
                                      "sandbox_runner.py` in the sandbox (standard library "
                                      "only)",
+    "envs/python/sandbox_program.py": "the program side of that runner and its wire, run by "
+                                      "it as `python3 -I -c SOURCE` (standard library only)",
     "envs/python/image/kernel_bridge.py": "the Python family's kernel bridge, copied into "
                                           "its image (standard library and ipykernel only)",
     **{f"hub/sandbox/guest/{m}.py": "the in-container daemon, shipped as a zipapp into "
