@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from skyhub.errors import UsageError
 from skyhub.shell.env import MAX_TOOL_CALLS, ShellEnv
 
 BUNDLED_TASKS = Path(__file__).parent / "data" / "tasks"
@@ -33,7 +34,7 @@ class TerminalEnv(ShellEnv):
                  max_output: int = 16384, cpus: float = 1.0, memory_mb: int = 1024,
                  max_tool_calls: int = MAX_TOOL_CALLS, turn_timeout_s: float | None = None) -> None:
         if synth and data_dir is not None:
-            raise ValueError("pass either synth=True (generated tasks) or data_dir=DIR, not both")
+            raise UsageError("pass either synth=True (generated tasks) or data_dir=DIR, not both")
         super().__init__(tasks=_load_tasks(synth=synth, seed=seed, n_tasks=n_tasks,
                                            path=data_dir),
                          backend=backend, image=image, max_turns=max_turns,

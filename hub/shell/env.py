@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from skyhub.env import StepResult, TextEnv
-from skyhub.errors import InfraError, SandboxUnavailable
+from skyhub.errors import InfraError, SandboxUnavailable, UsageError
 
 from . import judge, protocol
 from .session import CommandResult, ShellSession
@@ -74,12 +74,12 @@ class ShellEnv(TextEnv):
                  turn_timeout_s: float | None = None) -> None:
         super().__init__()
         if command_timeout_s <= 0:
-            raise ValueError(f"command_timeout_s must be > 0 seconds, got {command_timeout_s}")
+            raise UsageError(f"command_timeout_s must be > 0 seconds, got {command_timeout_s}")
         if max_tool_calls < 1:
-            raise ValueError(f"max_tool_calls must be >= 1, got {max_tool_calls}")
+            raise UsageError(f"max_tool_calls must be >= 1, got {max_tool_calls}")
         turn_timeout_s = 2 * command_timeout_s if turn_timeout_s is None else turn_timeout_s
         if turn_timeout_s <= 0:
-            raise ValueError(f"turn_timeout_s must be > 0 seconds, got {turn_timeout_s}")
+            raise UsageError(f"turn_timeout_s must be > 0 seconds, got {turn_timeout_s}")
         self.tasks = tasks
         self.backend, self.image, self.max_turns = backend, image, max_turns
         self.command_timeout, self.max_output = command_timeout_s, max_output

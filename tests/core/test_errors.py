@@ -198,3 +198,7 @@ def test_sandbox_and_env_misuse_is_a_usage_error() -> None:
         sandbox.create(backend="nope")
     with pytest.raises(UsageError, match="toy-lookup needs max_turns >= 2"):
         skyhub.make("toy-lookup", max_turns=1)
+    with pytest.raises(UsageError, match="command_timeout_s must be > 0"):  # the shell envs'
+        skyhub.make("terminal", backend="local", command_timeout_s=0)
+    with pytest.raises(UsageError, match=r"synth=True .* or data_dir=DIR, not both"):
+        skyhub.make("terminal", synth=True, data_dir=".")

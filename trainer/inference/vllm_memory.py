@@ -35,6 +35,8 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
+from skyhub.errors import UsageError
+
 #: This backend's key in vLLM's weight-transfer factories.
 BACKEND = "skyhub_memory"
 
@@ -156,7 +158,7 @@ class MemorySender(TrainerWeightTransferEngine[MemoryTrainerInitInfo]):
     def trainer_init(cls, init_info: MemoryTrainerInitInfo, *, client: Any,
                      source: WeightSource | None = None) -> MemorySender:
         if source is None:
-            raise ValueError("the memory weight sync needs a WeightSource")
+            raise UsageError("the memory weight sync needs a WeightSource")
         engine = cls(client=client, source=source, bucket_bytes=init_info.bucket_bytes)
         client.init_weight_transfer_engine({})
         return engine
