@@ -150,7 +150,7 @@ class VerdictPhases:
     def _verifier_container(self, *, pool: str) -> Any:
         """A fresh container of the task's image as built (the agent's isolation, no
         network under training), healthy, with the step's (or task's) tests in /tests."""
-        from skyhub.sandbox.docker import get_client
+        from skyhub.sandbox.docker_client import get_client
 
         assert self.task is not None
         env_cfg = self._cfg["environment"]
@@ -253,7 +253,7 @@ class VerdictPhases:
         """The verifier in a container of its own (`[verifier] environment_mode =
         "separate"`): built from tests/ (the step's, if it has one), holding only the
         artifacts the task lists and /logs/artifacts, copied from the agent's container."""
-        from skyhub.sandbox.docker import get_client
+        from skyhub.sandbox.docker_client import get_client
 
         assert self.task is not None
         vcfg = self._phase("verifier_environment") or self._cfg["environment"]
@@ -358,7 +358,7 @@ class VerdictPhases:
 
     def _pristine_times_out(self, timeout: float) -> bool:
         """Whether test.sh outlives `timeout` in a fresh container of the task's image, where
-        nothing of the agent's is (finding 7: a verifier past its deadline in a container
+        nothing of the agent's is (a verifier past its deadline in a container
         the agent changed is an infrastructure error only when it is so without the agent)."""
         vsb = self._verifier_container(pool="harbor-pristine")
         try:
