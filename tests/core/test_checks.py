@@ -429,7 +429,7 @@ def test_env_that_cannot_be_made_is_one_failed_check() -> None:
     report = check_env("toy-arith", env_kwargs={"max_turns": 0})
     assert [r.name for r in report.results] == ["make"]
     assert not report.ok
-    assert "ValueError: max_turns must be >= 1" in report["make"].message
+    assert "UsageError: max_turns must be >= 1" in report["make"].message
 
 
 def test_unknown_env_id_raises_env_not_found() -> None:
