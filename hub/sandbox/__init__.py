@@ -6,6 +6,7 @@
     snap = sb.snapshot(); ...; sb.restore(snap)
     with skyhub.sandbox.Pool(size=8) as pool, pool.lease() as sb: ...
     skyhub.sandbox.reap()                  # remove what crashed processes left behind
+    skyhub.sandbox.reap_owner(pid)         # ... at once, for one process known to be dead
 
 Backends import their SDKs lazily: importing this package is cheap.
 """
@@ -19,6 +20,7 @@ from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot
 
 # eager (reap.py is stdlib only): a lazy export would be shadowed by the submodule of the same
 # name the first time anything imports `skyhub.sandbox.reap`
+from skyhub.sandbox.orphans import reap_owner
 from skyhub.sandbox.reap import reap
 
 BACKENDS = ("docker", "local", "e2b")
@@ -29,6 +31,14 @@ def docker_available() -> bool:
     from skyhub.sandbox.docker_client import docker_available as check
 
     return check()
+
+
+def owner_start_time(pid: int) -> int:
+    """Process `pid`'s start time in clock ticks (-1 when it is gone), as sandboxes record
+    their owner's: with the pid it names an owner exactly (`reap_owner(pid, start=...)`)."""
+    from skyhub.sandbox.local_scratch import start_time
+
+    return start_time(pid)
 
 
 def create(image: str | None = None, backend: str = "auto", cpus: float = 1.0,
@@ -68,4 +78,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["BACKENDS", "ExecResult", "Pool", "Sandbox", "Snapshot", "create", "docker_available",
-           "reap"]
+           "owner_start_time", "reap", "reap_owner"]

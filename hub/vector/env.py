@@ -11,7 +11,7 @@ Failures are contained per env: an env that raises, whose process dies, or (with
 `step_timeout`) that hangs, is reported in its own slot as an episode end with
 `info["infra_error"] = True` and `outcome = "error"`, and is recreated; the other envs keep
 running. With `executor="processes"` or `"ray"`, the sandboxes of an env whose process was
-killed or died are removed by their owner labels (see `skyhub.vector.orphans`); with
+killed or died are removed by their owner labels (see `skyhub.sandbox.reap_owner`); with
 `"threads"` a hung env cannot be killed, only dropped (use processes for envs that may hang).
 Misuse of the API (stepping a finished env with autoreset disabled, sending to an env that
 is still busy) raises. The VectorEnv is driven from one thread.
@@ -91,10 +91,9 @@ def may_block(env: Any, holds_sandbox: bool | None = None) -> bool:
 
 
 def _holds_sandbox(env: Any) -> bool:
-    base = sys.modules.get("skyhub.sandbox.base")
-    if base is None:  # no sandbox was ever made in this process
+    sandbox = getattr(sys.modules.get("skyhub.sandbox"), "Sandbox", None)
+    if sandbox is None:  # no sandbox was ever made in this process
         return False
-    sandbox = base.Sandbox
     for value in list(getattr(env, "__dict__", {}).values()):
         if isinstance(value, sandbox):
             return True

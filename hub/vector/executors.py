@@ -18,7 +18,7 @@ VectorEnv needs no change.
 
 A worker that ends without closing its env (killed at `step_timeout`, a segfault, the OOM
 killer, `kill -9` from outside) leaves nothing behind: once it is dead, the sandboxes whose
-owner label is its pid are removed (`skyhub.vector.orphans.reap_owner`) before its slot is
+owner label is its pid are removed (`skyhub.sandbox.reap_owner`) before its slot is
 reported (a death seen by a call) or in the background (a kill at `step_timeout`; the
 executor's `close()` waits for those). A worker whose parent dies closes its env and exits.
 
@@ -271,7 +271,7 @@ class ProcessWorker(EnvWorker):
 
     def __init__(self, env_fn_bytes: bytes, start_timeout: float,
                  cleanups: Cleanups | None = None) -> None:
-        from skyhub.sandbox.local_scratch import start_time
+        from skyhub.sandbox import owner_start_time
 
         ours, theirs = socket.socketpair()
         code = ("from skyhub.vector.executors import _child_main; "
@@ -279,7 +279,7 @@ class ProcessWorker(EnvWorker):
         self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()],
                                       stdin=subprocess.DEVNULL)
         theirs.close()
-        self._start = start_time(self._proc.pid)  # with the pid, names the owner exactly
+        self._start = owner_start_time(self._proc.pid)  # with the pid, names the owner exactly
         self._conn = Connection(ours.detach())
         self._closed = False
         self._cleanups = cleanups
@@ -351,7 +351,7 @@ class ProcessWorker(EnvWorker):
                 self._sigkill()
                 self._wait_exit(30.0)
             if not (clean and _exit_code(self._proc.pid) == 0):
-                from skyhub.vector.orphans import reap_owner
+                from skyhub.sandbox import reap_owner
 
                 reap_owner(self._proc.pid, start=self._start)
         finally:

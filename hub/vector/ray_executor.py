@@ -12,7 +12,7 @@ episode ends with `infra_error` and a new actor replaces it at the env's next re
 
 Leaks: an actor killed at `step_timeout` or dead on its own never closed its env, so once Ray
 reports it dead (and its process is gone) the sandboxes whose owner label is its pid are
-removed (`skyhub.vector.orphans.reap_owner`), on its own node: directly when that is this
+removed (`skyhub.sandbox.reap_owner`), on its own node: directly when that is this
 machine, else by a Ray task pinned to that node. An abandoned actor is cleaned up in the
 background; `RayExecutor.close()` waits for it.
 
@@ -80,9 +80,9 @@ class _EnvHost:
     def owner(self) -> tuple[str, Any]:
         """Who owns the env's sandboxes: this process's pid, start time and host, and the
         Ray node (where a reap of them must run)."""
-        from skyhub.sandbox.local_scratch import start_time
+        from skyhub.sandbox import owner_start_time
 
-        return "ok", {"pid": os.getpid(), "start": start_time(os.getpid()),
+        return "ok", {"pid": os.getpid(), "start": owner_start_time(os.getpid()),
                       "host": socket.gethostname(),
                       "node_id": ray.get_runtime_context().get_node_id()}
 
@@ -127,7 +127,7 @@ def _running(pid: int, start: int) -> bool:
 def _reap_dead_actor(pid: int, start: int) -> list[str]:
     """Wait (up to 10 s) until the actor's process is gone (Ray's kill is asynchronous), then
     remove the sandboxes it owned; runs on the actor's node (as a Ray task for another one)."""
-    from skyhub.vector.orphans import reap_owner
+    from skyhub.sandbox import reap_owner
 
     deadline = time.monotonic() + 10.0
     while _running(pid, start) and time.monotonic() < deadline:

@@ -183,7 +183,7 @@ def test_may_block_reads_the_declaration_the_turn_budget_and_sandboxes() -> None
 
 
 class _Clock:
-    """`time` for the terminal env's module, with `idle` seconds added: the wall time an
+    """`time` for the shell env's module, with `idle` seconds added: the wall time an
     episode spends between its steps, without waiting for it."""
 
     def __init__(self) -> None:
@@ -204,10 +204,10 @@ def test_an_episode_s_deadline_counts_its_own_time_not_the_time_between_its_step
     for other episodes of a batch, keeps its time: an hour between two steps of a task with a
     few minutes' limit still lets the next step's commands run."""
     import skyhub
-    from skyhub.envs.terminal import env as terminal_env
+    from skyhub.shell import env as shell_env
 
     clock = _Clock()
-    monkeypatch.setattr(terminal_env, "time", clock)
+    monkeypatch.setattr(shell_env, "time", clock)
     with skyhub.make("terminal-synth", backend="local", seed=0, n_tasks=1) as env:
         env.reset(seed=0)
         assert float(env.task.meta["timeout_s"]) < 3600  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""`reap_owner`: remove the sandboxes that one dead worker process owned.
+"""`reap_owner`: remove the sandboxes that one dead worker process owned (for skyhub.vector).
 
 An executor kills a worker whose env hangs (`step_timeout`), and a worker may die on its own
 (a segfault, the OOM killer, `kill -9`). Either way its env never ran `close()`, so the
@@ -28,7 +28,7 @@ def reap_owner(pid: int, *, start: int | None = None, before: float | None = Non
     dead (or a zombie); returns what was removed as `backend:name`. Never raises: a backend
     that fails is logged and the others are still reaped.
 
-    `start`: the owner's start time in clock ticks (`local_scratch.start_time`), to tell it
+    `start`: the owner's start time in clock ticks (`skyhub.sandbox.owner_start_time`), to tell it
     from a later process with the same pid; `before`: only sandboxes created before then.
     """
     removed: list[str] = []
