@@ -13,8 +13,8 @@ Both shell families (`terminal`, `harbor`) end an episode the same way:
    A verifier that runs the agent's code runs it beside its own shell, as the same uid: the
    sandbox denies ptrace and process_vm_* to every process in it (`skyhub.sandbox.seccomp`),
    and with `undumpable=True` the shell runs from an execute-only copy of bash, which the
-   kernel makes undumpable, so its memory is out of reach through /proc too (issue 28,
-   finding 3). Processes the shell starts later (a `python3 check.py`) are ordinary ones: a
+   kernel makes undumpable, so its memory is out of reach through /proc too.
+   Processes the shell starts later (a `python3 check.py`) are ordinary ones: a
    daemon the agent's code leaves behind during the verifier could still write their memory
    through /proc; a verifier that runs agent code should decide its verdict in the shell;
 3. when the sandbox stops answering, `who_broke` applies the infra-error rule (hub/env.py):
@@ -35,8 +35,8 @@ from datetime import datetime
 from typing import Any
 
 from skyhub.errors import InfraError
-from skyhub.sandbox import guest as _guest
 from skyhub.sandbox.base import ExecResult, Sandbox
+from skyhub.sandbox.guest.procs import Capped
 
 #: What the verifier's shell must not inherit from anyone: startup files it would source.
 VERIFIER_ENV = {"BASH_ENV": "", "ENV": "", "PROMPT_COMMAND": "", "CDPATH": ""}
@@ -62,7 +62,7 @@ def kill_processes(sb: Sandbox) -> None:
 #: `<copy> -c VERIFY`). The kernel makes a process that executes a file it cannot read
 #: undumpable, and an undumpable process's memory (`/proc/PID/mem`, ptrace) is out of reach of
 #: processes of the same uid without CAP_SYS_PTRACE: the agent's code the verifier runs cannot
-#: rewrite the shell that decides the verdict (issue 28, finding 3; the ptrace syscall itself
+#: rewrite the shell that decides the verdict (the ptrace syscall itself
 #: is denied by the sandbox's seccomp filter). Where no copy can be made (no writable exec
 #: /tmp) the image's bash runs as before.
 UNDUMPABLE_BASH = ('d=$(mktemp -d 2>/dev/null) && cp /bin/bash "$d/bash" 2>/dev/null && '
@@ -108,7 +108,7 @@ def docker_exec(sb: Any, argv: list[str], *, user: str, timeout: float,
         raise InfraError(f"Docker cannot run {argv[0]!r} in sandbox container "
                          f"{sb.container.name}: {e}") from e
     sock: socket.socket = getattr(resp, "_sock", resp)
-    out, err = _guest._Capped(max_output), _guest._Capped(max_output)
+    out, err = Capped(max_output), Capped(max_output)
     raw, timed_out, deadline = bytearray(), False, start + timeout
     try:
         while True:

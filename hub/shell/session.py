@@ -49,8 +49,8 @@ import time
 from dataclasses import dataclass
 
 from skyhub.errors import ChannelBroken, InfraError
-from skyhub.sandbox import guest
 from skyhub.sandbox.base import Sandbox, Stream
+from skyhub.sandbox.guest.procs import Capped
 
 #: The environment every session starts with: no pagers or editors that wait for a person.
 SHELL_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat",
@@ -83,7 +83,7 @@ def printable(data: bytes) -> str:
 
 
 #: base64 characters per line sent to the shell: a terminal in canonical mode keeps at most
-#: 4095 characters of a line and drops the rest (issue 28, finding 14), so a long command
+#: 4095 characters of a line and drops the rest, so a long command
 #: goes in as several short lines, each well under that limit
 LINE_CHUNK = 2048
 _CMD_VAR = "__skyhub_cmd"
@@ -162,7 +162,7 @@ class ShellSession:
                          timeout)
 
     def _read_until(self, marker: re.Pattern[bytes], timeout: float,
-                    sink: guest._Capped | None = None) -> re.Match[bytes]:
+                    sink: Capped | None = None) -> re.Match[bytes]:
         """Read until `marker` appears; what came before it goes to `sink` (or is dropped),
         what came after it stays buffered for the next read. TimeoutError if it does not come
         within `timeout` s."""
@@ -192,7 +192,7 @@ class ShellSession:
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
         start = time.monotonic()
         deadline = start + timeout
-        out = guest._Capped(self.max_output)
+        out = Capped(self.max_output)
         nonce = secrets.token_hex(8)
         done = re.compile(rb"\x1e" + nonce.encode() + rb":(\d+):([^\x1f]*)\x1f\r?\n")
         line = command_lines(command, nonce)
@@ -240,7 +240,7 @@ class ShellSession:
         return CommandResult(printable(out.value()), int(m.group(1)), self.cwd,
                              duration_s=time.monotonic() - start)
 
-    def _interrupt(self, out: guest._Capped, start: float,
+    def _interrupt(self, out: Capped, start: float,
                    done: re.Pattern[bytes]) -> CommandResult:
         """Ctrl-C, then Ctrl-\\, each followed by a fresh marker; then a new shell. The
         command's own marker, printed once the signal ends it, is cut from the output."""
@@ -264,7 +264,7 @@ class ShellSession:
                                  duration_s=time.monotonic() - start)
         return self._lost(out, start, "the command did not stop on Ctrl-C", timed_out=True)
 
-    def _lost(self, out: guest._Capped, start: float, why: str, timed_out: bool = False,
+    def _lost(self, out: Capped, start: float, why: str, timed_out: bool = False,
               strip: bytes = b"") -> CommandResult:
         """A new shell; the result of the command the old one was running. `strip`: the old
         shell's exit marker, which is no output of the command."""
