@@ -8,15 +8,18 @@ import contextlib
 import io
 import re
 import runpy
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from skyhub import Task, TaskSet, TextEnv
-from skyhub.errors import InfraError, SandboxUnavailable, UsageError
+from skyhub.errors import UsageError
 from skyhub.registry import register
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from skyhub_testenvs import FlakyEnv
 
 SNIPPET = Path(__file__).parents[2] / "docs" / "snippets" / "adapter_openenv.py"
 
@@ -36,41 +39,9 @@ def oe(need: Callable[[str, str, str], None]) -> Any:
 
 
 
-class BrokenEnv(TextEnv):
-    """t-ok: "ok" scores 1; t-flag: the env reports infra_error; t-raise: its step raises
-    (skyhub reserves exceptions for infrastructure); t-reset: its reset cannot get a sandbox."""
-
-    stop_strings = ("</ok>",)
-    system_prompt = "Say ok."
-
-    def __init__(self) -> None:
-        super().__init__(max_turns=2)
-        self.tasks = TaskSet([Task(i, f"task {i}", answer="ok")
-                              for i in ("t-ok", "t-flag", "t-raise", "t-reset")])
-
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        task = self.start_episode(seed, options)
-        if task.id == "t-reset":
-            raise SandboxUnavailable("no Docker daemon answers")
-        return task.prompt, self.make_info()
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self.task is not None
-        self.next_turn()
-        if self.task.id == "t-flag":
-            return "", 0.0, False, True, self.make_info("error", infra_error=True,
-                                                        error="container died")
-        if self.task.id == "t-raise":
-            raise InfraError("the sandbox host went away")
-        ok = action.strip() == "ok"
-        return "", float(ok), True, False, self.make_info(
-            "success" if ok else "failure", reward_breakdown={"ok": float(ok)})
-
-
 @pytest.fixture
 def broken_id(tmp_env_id: str) -> str:
-    register(tmp_env_id, BrokenEnv)
+    register(tmp_env_id, FlakyEnv)
     return tmp_env_id
 
 

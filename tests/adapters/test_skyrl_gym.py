@@ -10,15 +10,18 @@ import io
 import json
 import re
 import runpy
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from skyhub import Task, TaskSet, TextEnv
 from skyhub.errors import EnvNotFound, InfraError, UsageError
 from skyhub.registry import register
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from skyhub_testenvs import FlakyEnv
 
 SNIPPET = Path(__file__).parents[2] / "docs" / "snippets" / "adapter_skyrl_gym.py"
 
@@ -38,33 +41,6 @@ def sg(need: Callable[[str, str, str], None]) -> Any:
 
 
 
-
-
-class FlakyEnv(TextEnv):
-    """t-ok: "ok" scores 1; t-flag: the env reports infra_error; t-raise: its step raises."""
-
-    system_prompt = "Say ok."
-
-    def __init__(self) -> None:
-        super().__init__(max_turns=1)
-        self.tasks = TaskSet([Task(i, f"task {i}", answer="ok")
-                              for i in ("t-ok", "t-flag", "t-raise")])
-
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        return self.start_episode(seed, options).prompt, self.make_info()
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self.task is not None
-        self.next_turn()
-        if self.task.id == "t-flag":
-            return "", 0.0, True, False, self.make_info("error", infra_error=True,
-                                                        error="container died")
-        if self.task.id == "t-raise":
-            raise InfraError("the sandbox host went away")
-        ok = action.strip() == "ok"
-        return "", float(ok), True, False, self.make_info(
-            "success" if ok else "failure", reward_breakdown={"ok": float(ok)})
 
 
 def test_snippet_plays_toy_lookup_to_a_reward(sg: Any) -> None:

@@ -9,16 +9,19 @@ import json
 import pickle
 import re
 import runpy
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
-from skyhub import Task, TaskSet, TextEnv
 from skyhub.errors import InfraError
 from skyhub.registry import register
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from skyhub_testenvs import FlakyEnv
 
 SNIPPET = Path(__file__).parents[2] / "docs" / "snippets" / "adapter_tinker_cookbook.py"
 TOKENIZER = "skyhub-tests/bytelevel"  # the name the cookbook's get_tokenizer knows it by
@@ -82,35 +85,6 @@ class ScriptedPolicy:
             text = f" <lookup>{key}</lookup>"
         tokens = self.tok.encode(text, add_special_tokens=False)
         return TokensWithLogprobs(tokens=tokens, maybe_logprobs=[0.0] * len(tokens))
-
-
-class FlakyEnv(TextEnv):
-    """t-ok: "ok" scores 1; t-flag: the env always reports infra_error; t-once: the first
-    step of the process's first episode of it raises (a sandbox that died once)."""
-
-    failed_once: ClassVar[bool] = False
-
-    def __init__(self) -> None:
-        super().__init__(max_turns=1)
-        self.tasks = TaskSet([Task(i, f"task {i}", answer="ok")
-                              for i in ("t-ok", "t-flag", "t-once")])
-
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        return self.start_episode(seed, options).prompt, self.make_info()
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self.task is not None
-        self.next_turn()
-        if self.task.id == "t-flag":
-            return "", 0.0, True, False, self.make_info("error", infra_error=True,
-                                                        error="container died")
-        if self.task.id == "t-once" and not FlakyEnv.failed_once:
-            FlakyEnv.failed_once = True
-            raise InfraError("the sandbox host went away")
-        ok = "ok" in action
-        return "", float(ok), True, False, self.make_info(
-            "success" if ok else "failure", reward_breakdown={"ok": float(ok)})
 
 
 class SaysOk:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from skyhub import Task, TaskSet, TextEnv
+from skyhub.errors import InfraError, SandboxUnavailable
 
 
 class SayEnv(TextEnv):
@@ -40,6 +41,45 @@ class SayEnv(TextEnv):
 
     def reference_action(self) -> str | None:
         return None if self.task is None else f"<answer>{self.task.answer}</answer>"
+
+
+class FlakyEnv(TextEnv):
+    """The ways an env fails, one task each, for the adapters' tests. t-ok: a reply with "ok"
+    in it scores 1; t-flag: the step reports infra_error and cuts the episode (a container that
+    died); t-raise: the step raises InfraError; t-once: only the first step of it in this
+    process raises (a sandbox that died once; set `failed_once = False` to arm it again);
+    t-reset: the reset cannot get a sandbox."""
+
+    stop_strings = ("</ok>",)
+    system_prompt = "Say ok."
+    failed_once: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        super().__init__(max_turns=2)  # so a cut episode is the flag's doing, not the budget's
+        self.tasks = TaskSet([Task(i, f"task {i}", answer="ok")
+                              for i in ("t-ok", "t-flag", "t-raise", "t-once", "t-reset")])
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        task = self.start_episode(seed, options)
+        if task.id == "t-reset":
+            raise SandboxUnavailable("no Docker daemon answers")
+        return task.prompt, self.make_info()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        assert self.task is not None
+        self.next_turn()
+        if self.task.id == "t-flag":
+            return "", 0.0, False, True, self.make_info("error", infra_error=True,
+                                                        error="container died")
+        if self.task.id == "t-raise":
+            raise InfraError("the sandbox host went away")
+        if self.task.id == "t-once" and not FlakyEnv.failed_once:
+            FlakyEnv.failed_once = True
+            raise InfraError("the sandbox host went away")
+        ok = "ok" in action
+        return "", float(ok), True, False, self.make_info(
+            "success" if ok else "failure", reward_breakdown={"ok": float(ok)})
 
 
 class CountEnv(TextEnv):
