@@ -20,7 +20,7 @@ import pytest
 
 import skyhub
 from skyhub.env import TextEnv
-from skyhub.errors import EnvNotFound
+from skyhub.errors import EnvNotFound, UsageError
 from skyhub.eval.checks import MALFORMED_ACTIONS, CheckReport, check_env
 from skyhub.registry import unregister
 
@@ -425,11 +425,23 @@ def test_env_kwargs_with_an_instance_is_a_usage_error() -> None:
         check_env(SayEnv(), env_kwargs={"n_tasks": 2})
 
 
-def test_env_that_cannot_be_made_is_one_failed_check() -> None:
-    report = check_env("toy-arith", env_kwargs={"max_turns": 0})
+class BrokenInit(SayEnv):
+    def __init__(self, **kwargs: Any) -> None:
+        raise ZeroDivisionError("the env's own bug")
+
+
+def test_env_that_cannot_be_made_is_one_failed_check(register: Callable[..., str]) -> None:
+    report = check_env(register(BrokenInit))
     assert [r.name for r in report.results] == ["make"]
     assert not report.ok
-    assert "UsageError: max_turns must be >= 1" in report["make"].message
+    assert "ZeroDivisionError: the env's own bug" in report["make"].message
+
+
+def test_kwargs_the_env_refuses_are_the_callers_usage_error() -> None:
+    """A value the env refuses (max_turns=0) is the caller's to fix, like an unknown kwarg:
+    it propagates instead of being reported as the env failing a check."""
+    with pytest.raises(UsageError, match="max_turns must be >= 1"):
+        check_env("toy-arith", env_kwargs={"max_turns": 0})
 
 
 def test_unknown_env_id_raises_env_not_found() -> None:

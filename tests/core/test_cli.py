@@ -159,9 +159,10 @@ def test_check_exits_1_and_shows_the_failing_check(echo_id: str) -> None:
 def test_check_passes_typed_kwargs_to_the_env(echo_id: str) -> None:
     # strict=false parsed to the bool False fixes the env; the string "false" would not
     assert invoke("check", echo_id, "strict=false").exit_code == 0
-    # max_turns=0 reaches the constructor as an int, which rejects it
+    # max_turns=0 reaches the constructor as an int, which rejects it: the caller's usage
+    # error (exit 2, as for an unknown kwarg), not a check the env fails
     result = invoke("check", "toy-arith", "max_turns=0")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "max_turns must be >= 1, got 0" in result.output
 
 
