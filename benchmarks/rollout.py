@@ -42,6 +42,7 @@ from typing import Any
 
 from benchmarks._common import result, write
 from skyhub import Task, TaskSet, TextEnv
+from skyhub.chat import Episode
 from skyhub.trainer.config import RolloutConfig
 from skyhub.trainer.inference import Completion, SamplingParams
 from skyhub.trainer.rollout import Rollout, Trajectory
@@ -58,8 +59,11 @@ class BarrierRollout(Rollout):
         todo = deque(Trajectory(group=g, task_id=t, seed=seed * 1_000_003 + g * group_size + j)
                      for g, t in enumerate(task_ids) for j in range(group_size))
         episodes = list(todo)
+        for t in episodes:
+            t.episode = Episode(t.task_id, None, "", seed=t.seed, task_index=t.group)
         free = deque(range(self.venv.num_envs))
         live: dict[int, Trajectory] = {}
+        self._sent: dict[int, str] = {}  # env id -> the action in flight (none: a reset)
         waiting: list[int] = []
         in_flight = 0
         t0, gen_s, env_wait_s = time.perf_counter(), 0.0, 0.0
@@ -83,7 +87,7 @@ class BarrierRollout(Rollout):
                 for i, o, r, te, tr, info in zip(ids, obs, rewards, terms, truncs, infos,
                                                  strict=True):
                     ep = live[int(i)]
-                    if self._observe(int(i), ep, o, float(r), bool(te), bool(tr), info):
+                    if self._result(int(i), ep, o, float(r), bool(te), bool(tr), info):
                         del live[int(i)]
                         free.append(int(i))
                     else:
@@ -91,6 +95,32 @@ class BarrierRollout(Rollout):
         self.stats = {"rollout_s": time.perf_counter() - t0, "generate_s": gen_s,
                       "env_wait_s": env_wait_s}
         return episodes
+
+    def _result(self, i: int, t: Trajectory, obs: str, reward: float, terminated: bool,
+                truncated: bool, info: dict[str, Any]) -> bool:
+        """Record env `i`'s result as the episode driver does; True when the episode ends."""
+        ep = t.episode
+        assert ep is not None
+        if i not in self._sent:  # the reset: the prompt
+            ep.system_prompt = self.venv.get_attr("system_prompt", env_ids=[i])[0]
+            ep.first_observation, ep.task_id = obs, info.get("task_id", ep.task_id)
+            t.add(self.chat.prompt_ids(obs, ep.system_prompt), agent=False)
+            t.prompt_len = len(t.token_ids)
+            self._sent[i] = ""
+            return False
+        ep.add(self._sent[i], obs, reward, terminated, truncated, info)
+        cut = None if ep.done else self._observe(t, obs)
+        if not ep.done and cut is None:
+            return False
+        if cut is not None:
+            ep.cut, ep.truncated = cut, True
+            if cut == "overlong":
+                ep.infos[-1] = {**ep.infos[-1], "overlong": True}
+        if not ep.infra_error and cut != "overlong":
+            self._close_message(t)
+        t.ended(ep)
+        del self._sent[i]
+        return True
 
     def _act(self, env_ids: list[int], live: dict[int, Trajectory]) -> None:
         eps = [live[i] for i in env_ids]
@@ -110,6 +140,7 @@ class BarrierRollout(Rollout):
                 e.turns += 1
                 e.finish_reason = c.finish_reason
                 texts[k] = c.text
+        self._sent.update(zip(env_ids, texts, strict=True))
         self.venv.send(texts, env_ids)
 
 
@@ -321,7 +352,7 @@ def device_sampling(device: str = "cuda", rows: int = 64, vocab: int = 151_936,
     """The HF engine's per-step sampling on `device` (`_sample`: temperature, top-p,
     per-row generators, logprobs; then the one host copy of ids and logprobs) against what
     it did before: the full-vocabulary log-softmax copied to the host and sampled there.
-    For `benchmarks/trainer_gpu.py` on a GPU (issue 21, item 4); on a CPU both do the same
+    For `benchmarks/trainer_gpu.py` on a GPU; on a CPU both do the same
     work, so there the ratio says nothing."""
     import torch
 

@@ -1,9 +1,14 @@
-"""Episodes as chat conversations.
+"""Episodes as chat conversations, and the one record of an episode.
 
 An episode is: the env's system prompt, the first observation (reset), then turns of
 (agent action, env observation). `to_messages` turns that into the `[{"role", "content"}]`
 list that `tokenizer.apply_chat_template` and OpenAI-compatible APIs take, and `Episode`
-records one while it runs (the `play` and `eval` commands and the trainer's rollout use it).
+records one while it runs: `skyhub play`, the eval harness and the trainer's rollout (both
+through `skyhub.vector.driver`) build it, and `Episode.to_record` writes the line of
+episodes.jsonl that `skyhub view`, `skyhub eval compare` and `skyhub replay` read (the format:
+docs/eval.md). A trainer's token record (`skyhub.trainer.rollout.Trajectory`) holds its
+episode; what only a trainer knows about an episode (its policy version, its token counts)
+is set on the episode's fields here, so one writer serves both.
 """
 
 from __future__ import annotations
@@ -35,9 +40,24 @@ def to_messages(system_prompt: str | None, first_observation: str,
     return messages
 
 
+def infra_error_info(error: str, task_id: str | None, turn: int, tb: str = "") -> dict[str, Any]:
+    """The info of a step that ended an episode because the environment (or the agent's
+    model server), not the agent, failed: the one builder, so `VectorEnv`, the adapters and
+    the eval harness report the same keys."""
+    return {"task_id": task_id, "turn": turn, "outcome": "error", "infra_error": True,
+            "error": error, "traceback": tb}
+
+
 @dataclass
 class Episode:
-    """A recorded episode: what an evaluation writes and what a trainer's rollout builds on."""
+    """A recorded episode: the transcript, and what a run records about it (`to_record`).
+
+    The transcript is the first eight fields (`add` appends a turn). The rest say where the
+    episode sits in its run (`index`, `seed`: its env's reset seed, `task_index`, `attempt`),
+    what the agent cost (token counts, `latency_s`, `agent_s`: an evaluation's), which
+    policy played it (`policy_version`: a trainer's) and, when the driver rather than the env
+    ended it, why (`cut`: e.g. the rollout's turn cap, or an episode that outgrew the
+    context), which makes its outcome a failure."""
 
     task_id: str | None
     system_prompt: str | None
@@ -48,6 +68,18 @@ class Episode:
     infos: list[dict[str, Any]] = field(default_factory=list)
     terminated: bool = False
     truncated: bool = False
+    index: int = 0
+    seed: int = 0
+    task_index: int = 0  # the position of its task in the run's sample (a trainer: its group)
+    attempt: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    agent_s: float | None = None
+    error_source: str | None = None  # "env" or "agent" for an infra error (default: "env")
+    policy_version: int | None = None
+    cut: str | None = None
 
     @classmethod
     def start(cls, env: Any, observation: str, info: dict[str, Any]) -> Episode:
@@ -76,6 +108,8 @@ class Episode:
 
     @property
     def outcome(self) -> str:
+        if self.cut is not None and not self.infra_error:
+            return "failure"
         return str(self.final_info.get("outcome", "running"))
 
     @property
@@ -101,3 +135,35 @@ class Episode:
             "messages": self.messages(),
             "rewards": self.rewards,
         }
+
+    def count(self, reply: Any) -> str:
+        """Add an agent reply's token counts (a `skyhub.eval.agents.Reply`, or a plain
+        string that has none); returns its text."""
+        if isinstance(reply, str):
+            return reply
+        if reply.prompt_tokens is not None:
+            self.prompt_tokens = (self.prompt_tokens or 0) + reply.prompt_tokens
+        if reply.completion_tokens is not None:
+            self.completion_tokens = (self.completion_tokens or 0) + reply.completion_tokens
+        return str(reply.text)
+
+    def to_record(self, env_id: str, agent: str,
+                  env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One line of episodes.jsonl (with the env's kwargs, so that the line alone is
+        enough for `skyhub replay`). `latency_s`/`agent_s` and `policy_version` are written
+        when set (an evaluation's, a trainer's)."""
+        error = self.final_info.get("error") if self.infra_error else None
+        record = {"index": self.index, "seed": self.seed, "task_index": self.task_index,
+                  "attempt": self.attempt, "env_id": env_id, "env_kwargs": env_kwargs or {},
+                  "agent": agent, **self.to_dict(),
+                  "error": None if error is None else str(error),
+                  "error_source": (self.error_source or "env") if self.infra_error else None,
+                  "meta": self.meta, "final_info": self.final_info,
+                  "tokens": {"prompt": self.prompt_tokens,
+                             "completion": self.completion_tokens}}
+        if self.latency_s is not None:
+            record["latency_s"] = round(self.latency_s, 4)
+            record["agent_s"] = round(self.agent_s or 0.0, 4)
+        if self.policy_version is not None:
+            record["policy_version"] = self.policy_version
+        return record

@@ -41,29 +41,28 @@ is only a safety limit for envs without one; it never cuts below the env's budge
 from __future__ import annotations
 
 import logging
-import queue
-import time
 import weakref
-from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyhub.chat import Episode as Transcript
+from skyhub.chat import Episode
 from skyhub.errors import UsageError
 from skyhub.trainer.config import RolloutConfig  # one definition: a recipe's `rollout:`
 from skyhub.trainer.inference import Completion, Engine, SamplingParams, submitter
 from skyhub.trainer.token_layout import LAYOUTS, ChatFormat
+from skyhub.vector.driver import EpisodeDriver, Post
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Trajectory:
-    """One episode's token record (ids, loss mask, logprobs, reward), ready for the learner.
-
-    Not `skyhub.Episode`, which is an episode's chat transcript."""
+    """One episode's token record (ids, loss mask, logprobs, reward), ready for the learner:
+    the token part of its `episode` (`skyhub.Episode`, the transcript and the record that
+    `to_record` writes). The learner reads only this part; `reward`, `outcome`,
+    `infra_error`, `truncated` and `info` are the episode's, copied when it ends."""
 
     group: int  # episodes with the same group index share a prompt (GRPO's group)
     task_id: str
@@ -80,25 +79,23 @@ class Trajectory:
     seed: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     finish_reason: str = ""  # the engine's, for the last turn ("stop" or "length")
-    # the episode as text (what the env saw and said): `to_record`'s, for saved episodes
-    transcript: Transcript | None = None
-    last_action: str = ""  # the text of the action in flight
+    episode: Episode | None = None  # the episode as text (what the env saw and said)
 
     def to_record(self, index: int, *, env_id: str, env_kwargs: dict[str, Any],
                   agent: str) -> dict[str, Any]:
         """This episode as a line of `skyhub eval`'s episodes.jsonl (docs/eval.md), so that
         `skyhub view` shows it and `skyhub replay` plays it again (`seed` is its env's reset
-        seed)."""
-        t = self.transcript or Transcript(self.task_id, None, "")
-        error = self.info.get("error") if self.infra_error else None
-        return {"index": index, "seed": self.seed, "task_index": self.group, "attempt": None,
-                "env_id": env_id, "env_kwargs": env_kwargs, "agent": agent, **t.to_dict(),
-                "outcome": self.outcome, "infra_error": self.infra_error,
-                "truncated": t.truncated or self.truncated, "error": None if error is None
-                else str(error), "error_source": "env" if self.infra_error else None,
-                "meta": {}, "final_info": self.info,
-                "tokens": {"prompt": self.prompt_len, "completion": self.agent_tokens},
-                "policy_version": self.min_version}
+        seed): its episode's record, with what only the trainer knows."""
+        ep = self.episode or Episode(self.task_id, None, "")
+        ep.index, ep.seed, ep.task_index = index, self.seed, self.group
+        ep.prompt_tokens, ep.completion_tokens = self.prompt_len, self.agent_tokens
+        ep.policy_version = self.min_version
+        return ep.to_record(env_id, agent, env_kwargs)
+
+    def ended(self, ep: Episode) -> None:
+        """Copy what the learner reads from the episode that just ended."""
+        self.reward, self.outcome, self.info = ep.total_reward, ep.outcome, ep.final_info
+        self.infra_error, self.truncated = ep.infra_error, ep.truncated
 
     def add(self, ids: Sequence[int], *, agent: bool, logprobs: Sequence[float] = (),
             versions: Sequence[int] = ()) -> None:
@@ -196,70 +193,16 @@ class Rollout:
             return episodes
         target = min(len(episodes), self.cfg.max_in_flight or len(episodes))
         venv = self._envs(target)
-        target = min(target, venv.num_envs)
-        submit = submitter(self.engine)
-        done: queue.SimpleQueue[tuple[int, Future[Completion]]] = queue.SimpleQueue()
-        todo = deque(episodes)
-        free = deque(range(venv.num_envs))
-        live: dict[int, Trajectory] = {}  # env id -> its episode
-        clock = _Busy()
-        envs_busy = requests = peak = peak_requests = n_requests = 0
-
-        def finished(i: int, future: Future[Completion]) -> None:  # an engine's thread
-            done.put((i, future))
-            venv.wake()
-
-        def completed(i: int, future: Future[Completion]) -> None:
-            nonlocal requests, envs_busy
-            requests -= 1
-            self._record(live[i], future.result())  # an engine error ends the rollout
-            live[i].last_action = future.result().text
-            venv.send([future.result().text], [i])
-            envs_busy += 1
-
-        t0 = time.perf_counter()
-        while todo or live:
-            while todo and free and len(live) < target:  # lease envs to new episodes
-                i, ep = free.popleft(), todo.popleft()
-                live[i] = ep
-                # the episode's seed is its env's reset seed too (so `skyhub replay` can
-                # play a saved episode again exactly)
-                venv.async_reset([i], seed=[ep.seed], options=[{"task_id": ep.task_id}])
-                envs_busy += 1
-            peak = max(peak, len(live))
-            while True:  # completions that arrived: their actions go to their envs
-                try:
-                    completed(*done.get_nowait())
-                except queue.Empty:
-                    break
-            clock.mark(requests, envs_busy)
-            if not envs_busy:  # only generations in flight: wait for one
-                if not requests:
-                    raise RuntimeError(f"rollout stalled: {len(live)} episodes live with no "
-                                       "env call or generation in flight (a bug)")
-                completed(*done.get())
-                clock.mark(requests, envs_busy)
-                continue
-            ids, obs, rewards, terms, truncs, infos = venv.recv(min_ready=1)  # or a wake()
-            envs_busy -= len(ids)
-            for i, o, r, te, tr, info in zip(ids, obs, rewards, terms, truncs, infos,
-                                             strict=True):
-                i = int(i)
-                ep = live[i]
-                if self._observe(i, ep, o, float(r), bool(te), bool(tr), info, venv):
-                    del live[i]
-                    free.append(i)
-                    continue
-                future = submit(list(ep.token_ids), self._params(ep), ep.seed * 64 + ep.turns)
-                requests += 1
-                n_requests += 1
-                peak_requests = max(peak_requests, requests)
-                future.add_done_callback(lambda f, i=i: finished(i, f))
-            clock.mark(requests, envs_busy)
-        clock.mark(0, 0)
-        self.stats = {"rollout_s": time.perf_counter() - t0, "generate_s": clock.generate_s,
-                      "env_wait_s": clock.env_s, "peak_in_flight": float(peak),
-                      "peak_requests": float(peak_requests), "requests": float(n_requests),
+        for t in episodes:
+            # the episode's seed is its env's reset seed too (so `skyhub replay` can play a
+            # saved episode again exactly)
+            t.episode = Episode(t.task_id, None, "", seed=t.seed, task_index=t.group)
+        driver = EpisodeDriver(venv, _Play(self, episodes), in_flight=target)
+        driver.run([t.episode for t in episodes if t.episode is not None])
+        st = driver.stats
+        self.stats = {"rollout_s": st["rollout_s"], "generate_s": st["act_s"],
+                      "env_wait_s": st["env_wait_s"], "peak_in_flight": st["peak_in_flight"],
+                      "peak_requests": st["peak_requests"], "requests": st["requests"],
                       "envs": float(venv.num_envs)}
         return episodes
 
@@ -298,33 +241,11 @@ class Rollout:
         ep.turns += 1
         ep.finish_reason = c.finish_reason
 
-    def _observe(self, i: int, ep: Trajectory, obs: str, reward: float, terminated: bool,
-                 truncated: bool, info: dict[str, Any], venv: Any = None) -> bool:
-        """Record an env result (of env `i` of `venv`, default `self.venv`); True when the
-        episode is over."""
-        if info.get("infra_error"):
-            ep.infra_error, ep.outcome, ep.info = True, "error", info
-            if ep.transcript is None:
-                ep.transcript = Transcript(ep.task_id, None, "")
-            ep.transcript.add(ep.last_action if ep.token_ids else "", "", 0.0, False, True, info)
-            return True
-        if not ep.token_ids:  # the reset: the prompt
-            system = (venv or self.venv).get_attr("system_prompt", env_ids=[i])[0]
-            ep.add(self.chat.prompt_ids(obs, system), agent=False)
-            ep.prompt_len = len(ep.token_ids)
-            ep.transcript = Transcript(info.get("task_id", ep.task_id), system, obs)
-            return False
-        ep.reward += reward
-        if ep.transcript is not None:
-            ep.transcript.add(ep.last_action, obs, reward, terminated, truncated, info)
-        if terminated or truncated:
-            ep.outcome, ep.truncated, ep.info = info.get("outcome", "failure"), truncated, info
-            self._close_message(ep)
-            return True
+    def _observe(self, ep: Trajectory, obs: str) -> str | None:
+        """An env result that did not end the episode: the observation's tokens, or why the
+        episode is cut instead (out of turns: the safety cap; out of context)."""
         if self.turn_limit is not None and ep.turns >= self.turn_limit:
-            ep.outcome, ep.truncated, ep.info = "failure", True, info
-            self._close_message(ep)
-            return True
+            return "max_turns_cap"
         last = ep.token_ids[-1]
         if self.one_message:
             eos = self.chat.tokenizer.eos_token_id
@@ -335,9 +256,8 @@ class Rollout:
             ep.add(self.chat.observation_ids(obs, last in self.chat.stop_token_ids),
                    agent=False)
         if len(ep.token_ids) >= self.cfg.max_input_tokens:
-            ep.outcome, ep.truncated, ep.info = "failure", True, {**info, "overlong": True}
-            return True
-        return False
+            return "overlong"
+        return None
 
     def _close_message(self, ep: Trajectory) -> None:
         """`assistant-message`: end the episode's one message with EOS, as skyrl-train does
@@ -349,24 +269,48 @@ class Rollout:
         ep.add([eos], agent=True, logprobs=[0.0], versions=[ep.versions[-1]])
 
 
-class _Busy:
-    """Wall time during which generations, and env calls, were in flight (each a union of
-    intervals, as the driving thread sees the counts change)."""
+class _Play:
+    """The rollout as the episode driver's actor: the engine acts (one request per turn,
+    finished in the engine's threads), and each episode's tokens are recorded beside its
+    transcript."""
 
-    def __init__(self) -> None:
-        self.generate_s = self.env_s = 0.0
-        self._gen_since: float | None = None
-        self._env_since: float | None = None
+    def __init__(self, rollout: Rollout, episodes: list[Trajectory]) -> None:
+        self.rollout, self.submit = rollout, submitter(rollout.engine)
+        self.of = {id(t.episode): t for t in episodes}
+        self.slot: dict[int, Trajectory] = {}
 
-    def mark(self, requests: int, envs: int) -> None:
-        now = time.perf_counter()
-        if requests and self._gen_since is None:
-            self._gen_since = now
-        elif not requests and self._gen_since is not None:
-            self.generate_s += now - self._gen_since
-            self._gen_since = None
-        if envs and self._env_since is None:
-            self._env_since = now
-        elif not envs and self._env_since is not None:
-            self.env_s += now - self._env_since
-            self._env_since = None
+    def leased(self, slot: int, ep: Episode) -> None:
+        self.slot[slot] = self.of[id(ep)]
+
+    def started(self, slot: int, ep: Episode) -> bool:
+        t = self.slot[slot]
+        t.add(self.rollout.chat.prompt_ids(ep.first_observation, ep.system_prompt),
+              agent=False)
+        t.prompt_len = len(t.token_ids)
+        return False
+
+    def request(self, slot: int, ep: Episode, post: Post) -> None:
+        t = self.slot[slot]
+        future = self.submit(list(t.token_ids), self.rollout._params(t), t.seed * 64 + t.turns)
+        future.add_done_callback(lambda f: post(f, 0.0))  # an engine's thread
+
+    def action(self, slot: int, ep: Episode, result: Future[Completion], seconds: float
+               ) -> str:
+        completion = result.result()  # an engine error ends the rollout
+        self.rollout._record(self.slot[slot], completion)
+        return completion.text
+
+    def observed(self, slot: int, ep: Episode) -> bool:
+        cut = self.rollout._observe(self.slot[slot], ep.observations[-1])
+        if cut is None:
+            return False
+        ep.cut, ep.truncated = cut, True
+        if cut == "overlong":
+            ep.infos[-1] = {**ep.infos[-1], "overlong": True}
+        return True
+
+    def finished(self, slot: int, ep: Episode) -> None:
+        t = self.slot.pop(slot)
+        if not ep.infra_error and ep.cut != "overlong":
+            self.rollout._close_message(t)
+        t.ended(ep)

@@ -15,15 +15,15 @@ import math
 import traceback
 from typing import Any
 
-from skyhub.chat import to_messages
+from skyhub.chat import infra_error_info, to_messages
 
 
 def infra_info(env: Any, error: str, tb: str = "") -> dict[str, Any]:
     """The info of a step that ended an episode because the environment, not the agent,
-    failed (the same keys `VectorEnv` reports)."""
+    failed (`skyhub.chat.infra_error_info`, the keys `VectorEnv` reports)."""
     task = getattr(env, "task", None)
-    return {"task_id": getattr(task, "id", None), "turn": int(getattr(env, "turn", 0) or 0),
-            "outcome": "error", "infra_error": True, "error": error, "traceback": tb}
+    return infra_error_info(error, getattr(task, "id", None),
+                            int(getattr(env, "turn", 0) or 0), tb)
 
 
 def guarded_step(env: Any, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

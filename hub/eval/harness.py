@@ -33,64 +33,26 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skyhub.chat import Episode
+from skyhub.chat import Episode, infra_error_info
 from skyhub.errors import InfraError, UsageError
-from skyhub.eval.agents import Agent, Reply
+from skyhub.eval.agent import Agent
 from skyhub.eval.metrics import Summary, summarise
 from skyhub.eval.rundir import RunDir, load_records
 
-
-@dataclass
-class EvalEpisode(Episode):
-    """An `Episode` with what an evaluation records about it (see `to_record`)."""
-
-    index: int = 0
-    seed: int = 0
-    task_index: int = 0  # the position of its task in the run's sample
-    attempt: int = 0
-    meta: dict[str, Any] = field(default_factory=dict)
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    latency_s: float = 0.0
-    agent_s: float = 0.0
-    error_source: str | None = None  # "env" or "agent" for an infra error
-
-    def count(self, reply: str | Reply) -> str:
-        """Add a reply's token counts; returns its text."""
-        if isinstance(reply, str):
-            return reply
-        if reply.prompt_tokens is not None:
-            self.prompt_tokens = (self.prompt_tokens or 0) + reply.prompt_tokens
-        if reply.completion_tokens is not None:
-            self.completion_tokens = (self.completion_tokens or 0) + reply.completion_tokens
-        return reply.text
-
-    def to_record(self, env_id: str, agent: str,
-                  env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One line of episodes.jsonl (with the env's kwargs, so that the line alone is
-        enough for `skyhub replay`)."""
-        error = self.final_info.get("error") if self.infra_error else None
-        return {"index": self.index, "seed": self.seed, "task_index": self.task_index,
-                "attempt": self.attempt, "env_id": env_id, "env_kwargs": env_kwargs or {},
-                "agent": agent,
-                **self.to_dict(), "error": None if error is None else str(error),
-                "error_source": self.error_source if self.infra_error else None,
-                "meta": self.meta, "final_info": self.final_info,
-                "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
-                "latency_s": round(self.latency_s, 4), "agent_s": round(self.agent_s, 4)}
+if TYPE_CHECKING:
+    from skyhub.vector.driver import Post
 
 
 def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8,
         seed: int = 0, env_kwargs: dict[str, Any] | None = None, max_steps: int = 100,
-        on_episode: Callable[[EvalEpisode], None] | None = None,
+        on_episode: Callable[[Episode], None] | None = None,
         out: str | Path | None = None, resume: bool = False,
         on_plan: Callable[[int], None] | None = None, attempts: int = 1,
         on_sample: Callable[[str], None] | None = None,
-        ) -> tuple[Summary, list[EvalEpisode]]:
+        ) -> tuple[Summary, list[Episode]]:
     """Run `n` tasks of `env_id` (default: each of the env's tasks once; a spread sample
     when `n` is smaller: see the module docstring), `attempts` episodes each, with `agent`,
     `concurrency` episodes at a time.
@@ -133,10 +95,10 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
         if on_plan is not None:
             on_plan(len(todo))
         t0 = time.perf_counter()
-        new: list[EvalEpisode] = []
+        new: list[Episode] = []
         new_records: list[dict[str, Any]] = []
 
-        def finished(ep: EvalEpisode) -> None:
+        def finished(ep: Episode) -> None:
             new.append(ep)
             new_records.append(ep.to_record(env_id, agent.name, env_kwargs))
             if run_dir is not None:
@@ -191,106 +153,73 @@ def _task_order(env_id: str, tasks: Any, n: int | None, seed: int, slice_key: st
 
 
 class _EvalLoop:
-    """The event loop of one evaluation: env results from the VectorEnv, agent replies from
-    a thread pool (parallel agents) or inline (fast local agents)."""
+    """One evaluation as the episode driver's actor (`skyhub.vector.driver`): the agent acts,
+    from a thread pool (parallel agents) or inline (fast local agents)."""
 
     def __init__(self, venv: Any, tasks: Any, plan: list[tuple[int, int, int]], agent: Agent,
-                 seed: int, max_steps: int, finished: Callable[[EvalEpisode], None]) -> None:
+                 seed: int, max_steps: int, finished: Callable[[Episode], None]) -> None:
         # plan[k]: episode k's (index in tasks, position in the run's sample, attempt)
         self.venv, self.tasks, self.plan, self.agent = venv, tasks, plan, agent
         agent.use_stop_strings(tuple(venv.get_attr("stop_strings", env_ids=[0])[0] or ()))
-        self.seed, self.max_steps, self.finished = seed, max_steps, finished
-        self.replies: queue.SimpleQueue[tuple[int, Any, float]] = queue.SimpleQueue()
-        self.running: dict[int, EvalEpisode] = {}  # env slot -> its episode
-        self.fresh: dict[int, tuple[int, dict[str, Any], float]] = {}  # slot -> (index, task
-        # meta, start time) while its reset is in flight
-        self.action: dict[int, str] = {}  # slot -> the action in flight
-        self.thinking = 0  # agent calls pending in the pool
+        self.seed, self.max_steps, self.on_finished = seed, max_steps, finished
+        self.pool: _DaemonPool | None = None
 
     def run(self, todo: list[int]) -> None:
+        from skyhub.vector.driver import EpisodeDriver
+
+        episodes = [self._episode(k) for k in todo]
         width = min(self.venv.num_envs, len(todo))
-        queue_ = list(reversed(todo))
-        pool = _DaemonPool(width) if self.agent.parallel else None
-        for slot in range(width):
-            self._start(slot, queue_.pop())
-        in_env, remaining = width, len(todo)  # envs with a reset/step in flight; episodes left
+        self.pool = _DaemonPool(width) if self.agent.parallel else None
         try:
-            while remaining:
-                if in_env:  # env results (an agent reply wakes this up: see _think)
-                    ids, *results = self.venv.recv()
-                    in_env -= len(ids)
-                    for i, o, r, te, tr, info in zip(ids.tolist(), *results, strict=True):
-                        ep = self._observe(i, o, float(r), bool(te), bool(tr), info)
-                        if ep.done:
-                            remaining -= 1
-                            in_env += self._next(i, ep, queue_)
-                        elif pool is not None:
-                            self.thinking += 1
-                            pool.submit(self._think, i, ep.messages())
-                        else:
-                            t = time.perf_counter()
-                            reply = self._act(i, ep.messages())
-                            in_env += self._reply(i, reply, time.perf_counter() - t, queue_)
-                            remaining -= int(self.running.get(i) is not ep)
-                block = not in_env  # nothing else to wait for
-                while self.thinking:
-                    try:
-                        i, reply, dt = self.replies.get(timeout=None if block else 0)
-                    except queue.Empty:
-                        break
-                    block, self.thinking = False, self.thinking - 1
-                    ep = self.running[i]
-                    in_env += self._reply(i, reply, dt, queue_)
-                    remaining -= int(self.running.get(i) is not ep)
+            EpisodeDriver(self.venv, self, in_flight=width).run(episodes)
         finally:
-            if pool is not None:
-                pool.shutdown()
+            if self.pool is not None:
+                self.pool.shutdown()
 
-    # ------------------------------------------------------------------ episodes
-    def _start(self, slot: int, k: int) -> None:
+    def _episode(self, k: int) -> Episode:
         task = self.tasks[self.plan[k][0]] if len(self.tasks) else None
-        options = {"task_id": task.id} if task is not None else None
-        self.fresh[slot] = (k, dict(task.meta) if task is not None else {}, time.perf_counter())
-        self.venv.async_reset([slot], seed=[self.seed + k], options=[options])
+        return Episode(None if task is None else task.id, None, "", index=k,
+                       seed=self.seed + k, meta=dict(task.meta) if task is not None else {},
+                       task_index=self.plan[k][1], attempt=self.plan[k][2], agent_s=0.0)
 
-    def _observe(self, i: int, obs: str, reward: float, term: bool, trunc: bool,
-                 info: dict[str, Any]) -> EvalEpisode:
-        """Record an env result on slot i's episode (a new one after a reset)."""
-        from skyhub.vector import infra_error_info
+    # ------------------------------------------------------------------ the driver's actor
+    def leased(self, slot: int, ep: Episode) -> None:
+        ep.latency_s = time.perf_counter()  # the start, until the episode ends
 
-        if i in self.fresh:  # the first observation of a new episode
-            k, meta, t0 = self.fresh.pop(i)
-            # the prompt may change per episode (data that carries its own chat): read it
-            # after this reset, from the slot just received (so not in flight)
-            prompt = self.venv.get_attr("system_prompt", env_ids=[i])[0]
-            ep = EvalEpisode(info.get("task_id"), prompt, obs, index=k,
-                             seed=self.seed + k, meta=meta, latency_s=t0,
-                             task_index=self.plan[k][1], attempt=self.plan[k][2])
-            self.running[i] = ep
-            if info.get("infra_error"):
-                ep.error_source = "env"
-                ep.add("", "", 0.0, False, True, info)
-            return ep
-        ep = self.running[i]
-        ep.add(self.action.pop(i), obs, reward, term, trunc, info)
-        if info.get("infra_error"):
-            ep.error_source = "env"
-        if not ep.done and len(ep.actions) >= self.max_steps:
-            ep.error_source = "env"
+    def started(self, slot: int, ep: Episode) -> bool:
+        return False
+
+    def request(self, slot: int, ep: Episode, post: Post) -> None:
+        if self.pool is not None:
+            self.pool.submit(self._think, slot, ep.messages(), post)
+        else:
+            t = time.perf_counter()
+            post(self._act(slot, ep.messages()), time.perf_counter() - t)
+
+    def action(self, slot: int, ep: Episode, result: Any, seconds: float) -> str | None:
+        """The agent's action, or None after recording its infra error (the episode ends).
+        Other exceptions stop the run."""
+        ep.agent_s = (ep.agent_s or 0.0) + seconds
+        if isinstance(result, InfraError):
+            ep.error_source = "agent"
             ep.add("", "", 0.0, False, True, infra_error_info(
-                f"episode cut after max_steps={self.max_steps}", ep.task_id, self.max_steps))
-        return ep
+                f"agent failed: {result}", ep.task_id, len(ep.actions)))
+            return None
+        if isinstance(result, BaseException):
+            raise result
+        return ep.count(result)
 
-    def _next(self, i: int, ep: EvalEpisode, queue_: list[int]) -> int:
-        """Slot i's episode is over: record it and start the next; returns envs put in
-        flight (0 or 1)."""
-        ep.latency_s = time.perf_counter() - ep.latency_s
-        self.running.pop(i, None)
-        self.finished(ep)
-        if queue_:
-            self._start(i, queue_.pop())
-            return 1
-        return 0
+    def observed(self, slot: int, ep: Episode) -> bool:
+        if len(ep.actions) < self.max_steps:
+            return False
+        ep.error_source = "env"
+        ep.add("", "", 0.0, False, True, infra_error_info(
+            f"episode cut after max_steps={self.max_steps}", ep.task_id, self.max_steps))
+        return True
+
+    def finished(self, slot: int, ep: Episode) -> None:
+        ep.latency_s = time.perf_counter() - (ep.latency_s or 0.0)
+        self.on_finished(ep)
 
     # ------------------------------------------------------------------ the agent
     def _act(self, i: int, messages: list[dict[str, str]]) -> Any:
@@ -300,32 +229,13 @@ class _EvalLoop:
         except InfraError as e:
             return e
 
-    def _think(self, i: int, messages: list[dict[str, str]]) -> None:
+    def _think(self, i: int, messages: list[dict[str, str]], post: Post) -> None:
         t = time.perf_counter()
         try:
             reply = self._act(i, messages)
-        except BaseException as e:  # raised again by the loop's thread
+        except BaseException as e:  # raised again by the driver's thread
             reply = e
-        self.replies.put((i, reply, time.perf_counter() - t))
-        self.venv.wake()
-
-    def _reply(self, i: int, reply: Any, seconds: float, queue_: list[int]) -> int:
-        """Send the agent's action to slot i (returns 1), or end the episode on an agent
-        infra error (returns what `_next` does). Other exceptions stop the run."""
-        from skyhub.vector import infra_error_info
-
-        ep = self.running[i]
-        ep.agent_s += seconds
-        if isinstance(reply, InfraError):
-            ep.error_source = "agent"
-            ep.add("", "", 0.0, False, True, infra_error_info(
-                f"agent failed: {reply}", ep.task_id, len(ep.actions)))
-            return self._next(i, ep, queue_)
-        if isinstance(reply, BaseException):
-            raise reply
-        self.action[i] = ep.count(reply)
-        self.venv.send([self.action[i]], [i])
-        return 1
+        post(reply, time.perf_counter() - t)
 
 
 class _EnvCalls:
@@ -373,4 +283,4 @@ class _DaemonPool:
 
 
 # `load_records` reads back what `run(..., out=DIR)` wrote: the two are used together.
-__all__ = ["EvalEpisode", "load_records", "run"]
+__all__ = ["load_records", "run"]

@@ -14,7 +14,6 @@ from skyhub.vector.executors import (
     WorkerDied,
     get_executor,
 )
-from skyhub.vector.runner import infra_error_info
 
 if TYPE_CHECKING:
     from gymnasium.vector import AutoresetMode
@@ -76,5 +75,4 @@ def make_vec(env_id: str, num_envs: int, *, executor: str | Executor = "threads"
 
 
 __all__ = ["EnvFactory", "EnvWorker", "Executor", "ProcessExecutor", "RemoteFactory",
-           "ThreadExecutor", "VectorEnv", "WorkerDied", "get_executor", "infra_error_info",
-           "make_vec"]
+           "ThreadExecutor", "VectorEnv", "WorkerDied", "get_executor", "make_vec"]

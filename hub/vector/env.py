@@ -33,10 +33,11 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from skyhub.chat import infra_error_info
 from skyhub.errors import UsageError
 from skyhub.spaces import UnicodeText
 from skyhub.vector.executors import Executor, LocalWorker, ThreadExecutor, get_executor
-from skyhub.vector.runner import Result, Runner, infra_error_info
+from skyhub.vector.runner import Result, Runner
 
 if TYPE_CHECKING:
     from skyhub.env import TextEnv

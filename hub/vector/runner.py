@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium.vector import AutoresetMode
 
+from skyhub.chat import infra_error_info
 from skyhub.vector.executors import EnvWorker
 
 if TYPE_CHECKING:
@@ -157,9 +158,3 @@ def _requested_task_id(options: dict | None) -> str | None:
         return str(options["task_id"])
     task = options.get("task")
     return None if getattr(task, "id", None) is None else str(task.id)
-
-
-def infra_error_info(error: str, task_id: str | None, turn: int, tb: str = "") -> dict[str, Any]:
-    """The info of an episode that ended because the environment, not the agent, failed."""
-    return {"task_id": task_id, "turn": turn, "outcome": "error", "infra_error": True,
-            "error": error, "traceback": tb}
