@@ -8,6 +8,8 @@ reason; CI sets SKYHUB_REQUIRE_POSTGRES=1 so that a missing server fails instead
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -27,3 +29,12 @@ def postgres_dsn() -> str:
             pytest.fail(f"PostgreSQL is required here but {dsn!r} does not answer: {e}")
         pytest.skip(f"no PostgreSQL at {dsn!r} ({e}); bash scripts/services.sh starts one")
     return dsn
+
+
+@pytest.fixture
+def admin(postgres_dsn: str) -> Iterator[Any]:
+    """A superuser connection (autocommit) to the server, to look at what an engine left."""
+    import psycopg
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as con:
+        yield con

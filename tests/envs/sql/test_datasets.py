@@ -5,7 +5,7 @@ unpacked the official download gets, and what they are told when something is mi
 from __future__ import annotations
 
 import json
-import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,9 @@ from skyhub.envs.sql.datasets import load
 from skyhub.envs.sql.datasets import synsql as synsql_mod
 from skyhub.envs.sql.datasets.skyrl653 import parse_prompt
 from skyhub.errors import DataNotFound
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from sql_files import make_db, write_json
 
 SCHOOLS = [
     "CREATE TABLE schools (cds TEXT PRIMARY KEY, name TEXT, county TEXT, enrollment INTEGER, "
@@ -36,24 +39,6 @@ PLAYERS = [
     "CREATE TABLE players (id INTEGER PRIMARY KEY, team TEXT, goals INTEGER)",
     "INSERT INTO players VALUES (1, 'Reds', 10), (2, 'Blues', 4), (3, 'Reds', 7)",
 ]
-
-
-def make_db(folder: Path, db_id: str, statements: list[str]) -> Path:
-    """`folder/<db_id>/<db_id>.sqlite`, the layout every release uses."""
-    path = folder / db_id / f"{db_id}.sqlite"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path)
-    for s in statements:
-        con.execute(s)
-    con.commit()
-    con.close()
-    return path
-
-
-def write_json(path: Path, data: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    return path
 
 
 def play_reference(env_id: str, task_id: str, **kwargs: Any) -> tuple[str, float]:

@@ -24,9 +24,11 @@ import pytest
 
 from skyhub.envs.sql.engines.postgres import PostgresEngine
 
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from sql_files import SPIDER, spider_db
+
 pytestmark = pytest.mark.hostile
 
-SPIDER = Path(__file__).parents[3] / "envs/sql/data/spider-dev-subset/database"
 GiB_KB = 1 << 20  # ru_maxrss is in KiB
 _GUARD = 4 << 30  # RLIMIT_AS of the attacking interpreter, a guard for the machine
 
@@ -190,16 +192,6 @@ def test_postgres_results_and_messages_are_bounded(sql: str, postgres_dsn: str) 
 
 
 # ---------------------------------------------------------------------- PostgreSQL state
-def spider_db(db_id: str) -> Path:
-    return SPIDER / db_id / f"{db_id}.sqlite"
-
-
-@pytest.fixture
-def admin(postgres_dsn: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(postgres_dsn, autocommit=True) as con:
-        yield con
-
-
 @pytest.fixture
 def engine(postgres_dsn: str) -> Iterator[PostgresEngine]:
     with closing(PostgresEngine(dsn=postgres_dsn, timeout_s=2.0)) as e:

@@ -29,21 +29,13 @@ from skyhub.envs.sql.env import SQLEnv
 from skyhub.envs.sql.reward import has_order_by, spider_exec_match
 from skyhub.errors import SandboxUnavailable
 
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from sql_files import spider_db
+
 pytestmark = pytest.mark.postgres
 
 THINK = "<think>checking</think>"
-SPIDER = Path(__file__).parents[3] / "envs/sql/data/spider-dev-subset/database"
 CLOSED_DSN = "host=127.0.0.1 port=1 user=postgres dbname=postgres connect_timeout=2"
-
-
-def spider_db(db_id: str) -> Path:
-    return SPIDER / db_id / f"{db_id}.sqlite"
-
-
-@pytest.fixture
-def admin(postgres_dsn: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(postgres_dsn, autocommit=True) as con:
-        yield con
 
 
 @pytest.fixture

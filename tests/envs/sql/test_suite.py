@@ -5,8 +5,8 @@ oracle scoring 100% on the bundled Spider dev subset under the suite's protocol.
 
 from __future__ import annotations
 
-import json
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,9 @@ from skyhub.eval.agents import OracleAgent
 from skyhub.eval.harness import run as evaluate
 from skyhub.eval.suites import SuiteRun, get_suite
 
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from sql_files import write_json
+
 COLUMNS = ["Spider-Dev", "Spider-Test", "Spider-Realistic", "Spider-DK", "Spider-Syn"]
 
 
@@ -29,11 +32,6 @@ def copy_db(src_id: str, dest: Path, db_id: str | None = None) -> None:
     (dest / db_id).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(BUNDLED_DIR / "database" / src_id / f"{src_id}.sqlite",
                     dest / db_id / f"{db_id}.sqlite")
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
 def q(db_id: str, question: str, query: str, **extra: Any) -> dict[str, Any]:

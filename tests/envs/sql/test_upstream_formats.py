@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ import pytest
 import skyhub
 from skyhub.envs.sql.datasets import load
 from skyhub.errors import DataNotFound
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from sql_files import make_db, write_json
 
 SINGERS = [
     "CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, country TEXT, age INTEGER)",
@@ -44,23 +48,6 @@ PETS_SCHEMA = ("CREATE TABLE pets (\n    petid INTEGER, -- example: [1, 2]\n"
                "    weight REAL, -- example: [12.0, 3.5]\n    PRIMARY KEY (petid)\n);")
 SYSTEM = ("\nTask Overview:\nYou are a data science expert. ...\n\nDatabase Schema:\n"
           "{db_details}\n...\nQuestion:\n{question}\n...")
-
-
-def make_db(folder: Path, db_id: str, statements: list[str]) -> Path:
-    path = folder / db_id / f"{db_id}.sqlite"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path)
-    for s in statements:
-        con.execute(s)
-    con.commit()
-    con.close()
-    return path
-
-
-def write_json(path: Path, data: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
-    return path
 
 
 # ------------------------------------------------------------------ SkyRL-SQL-653 parquet
