@@ -39,7 +39,7 @@ import torch
 
 import skyhub
 from skyhub.errors import DataNotFound, MissingDependency, UsageError
-from skyhub.eval.rundir import dumps
+from skyhub.json_safe import dumps
 from skyhub.trainer import dist as D
 from skyhub.trainer.checkpoint import export_model
 from skyhub.trainer.config import TrainConfig, to_dict, to_yaml

@@ -20,8 +20,9 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
                             "missing): pip install 'skyhub[openenv]'") from e
 
 import skyhub
-from skyhub.adapters._steps import first_messages, guarded_step, infra_info, jsonable
+from skyhub.adapters._steps import first_messages, guarded_step, infra_info
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
+from skyhub.json_safe import jsonable
 
 __all__ = ["OpenEnvServer", "SkyhubAction", "SkyhubEnvClient", "SkyhubEnvironment",
            "SkyhubObservation", "SkyhubState", "create_app", "serve"]

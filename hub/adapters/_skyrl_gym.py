@@ -15,8 +15,9 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
                             "missing): pip install 'skyhub[skyrl-gym]'") from e
 
 import skyhub
-from skyhub.adapters._steps import first_messages, guarded_step, is_infra_error, jsonable
+from skyhub.adapters._steps import first_messages, guarded_step, is_infra_error
 from skyhub.errors import InfraError, UsageError
+from skyhub.json_safe import jsonable
 
 __all__ = ["SkyhubTextEnv", "dataset_rows", "generator_stop", "register", "skyrl_id"]
 

@@ -10,8 +10,6 @@ adapter then marks that episode in its framework's own terms.
 
 from __future__ import annotations
 
-import json
-import math
 import traceback
 from typing import Any
 
@@ -45,30 +43,3 @@ def first_messages(env: Any, observation: str) -> list[dict[str, str]]:
     """The conversation an episode starts with: the env's system prompt (when it has one),
     then its first observation as the user's message."""
     return to_messages(getattr(env, "system_prompt", None), observation)
-
-
-def jsonable(value: Any) -> Any:
-    """`value` with everything JSON cannot carry turned into something it can (tuples to
-    lists, numpy scalars to numbers, NaN/inf to None, other objects to their `str`), so an
-    info crosses a wire or a Ray/pickle boundary without surprising the other side."""
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    item = getattr(value, "item", None)  # numpy scalars
-    if callable(item):
-        try:
-            return jsonable(item())
-        except (TypeError, ValueError):
-            pass
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return value

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from typing import Any
 
 from skyhub.errors import MissingDependency
+from skyhub.json_safe import jsonable
 
 __all__ = ["load_environment", "restore_stop_string"]
 
@@ -75,14 +75,9 @@ def restore_stop_string(text: str, stops: tuple[str, ...], stop_reason: Any = No
     return text
 
 
-def _jsonable(value: Any) -> Any:
-    """`value` as plain JSON (verifiers checks that a rollout's state serializes)."""
-    return json.loads(json.dumps(value, default=str))
-
-
 def _summary(info: dict[str, Any]) -> dict[str, Any]:
     keys = ("task_id", "turn", "outcome", "infra_error", "reward_breakdown", "error")
-    return _jsonable({k: info[k] for k in keys if k in info})
+    return jsonable({k: info[k] for k in keys if k in info})
 
 
 @functools.cache

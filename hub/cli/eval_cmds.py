@@ -305,7 +305,7 @@ def compare_cmd(
     Accuracy with 95% CI per run; for each run against the first, the paired difference with
     its bootstrap CI, McNemar's exact p and a sign-flip test p."""
     from skyhub.eval.compare import compare_runs
-    from skyhub.eval.rundir import dumps
+    from skyhub.json_safe import dumps
 
     if len(runs) < 2:
         raise typer.BadParameter("give at least two run directories", param_hint="RUNS")

@@ -27,7 +27,8 @@ import numpy as np
 
 from skyhub.errors import UsageError
 from skyhub.eval.metrics import headline, is_infra, is_success
-from skyhub.eval.rundir import finite, load_records, read_json
+from skyhub.eval.rundir import load_records, read_json
+from skyhub.json_safe import jsonable
 
 BOOTSTRAP_RESAMPLES = 2000
 PERMUTATION_SAMPLES = 10_000
@@ -83,7 +84,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (NaN becomes null)."""
-        return finite(asdict(self))
+        return jsonable(asdict(self))
 
     def _rows(self) -> list[list[str]]:
         rows = []

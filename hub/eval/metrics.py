@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from skyhub.eval.rundir import finite
+from skyhub.json_safe import jsonable
 
 
 def is_infra(rec: dict[str, Any]) -> bool:
@@ -196,7 +196,7 @@ class Summary:
         d = asdict(self)
         d["ci95"] = list(self.ci95)
         d["mean_reward_ci95"] = list(self.mean_reward_ci95)
-        return finite(d)
+        return jsonable(d)
 
 
 def summarise(env_id: str, agent: str, records: Sequence[dict[str, Any]], seconds: float,

@@ -224,7 +224,7 @@ def recorded_turns(record: dict[str, Any]) -> tuple[str | None, str, list[str], 
 
 
 def _same_reward(recorded: Any, replayed: float) -> bool:
-    if recorded is None:  # the run wrote a NaN or infinite reward as null (rundir.finite)
+    if recorded is None:  # the run wrote a NaN or infinite reward as null (json_safe)
         return not math.isfinite(replayed)
     return float(recorded) == float(replayed)
 

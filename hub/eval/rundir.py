@@ -1,18 +1,18 @@
 """An eval run directory (`skyhub eval --out DIR`, the format: docs/eval.md): `run.json` (what
 was run), `episodes.jsonl` (one line per episode, appended as episodes finish) and
-`summary.json`; and the strict JSON every one of those files is written in (no NaN or
+`summary.json`, each written as strict JSON (`skyhub.json_safe.dumps`: no NaN or
 Infinity, which other parsers refuse).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyhub.errors import UsageError
+from skyhub.json_safe import dumps
 
 if TYPE_CHECKING:
     from skyhub.eval.metrics import Summary
@@ -22,25 +22,6 @@ if TYPE_CHECKING:
 #: changes results, the seed and the attempts per task (a larger `n` extends the sample).
 _RUN_KEYS = ("env_id", "env_kwargs", "agent", "agent_settings", "seed", "attempts")
 _RUN_DEFAULTS = {"agent_settings": {}, "attempts": 1}
-
-
-def finite(value: Any) -> Any:
-    """`value` with every NaN or infinite float (at any depth) replaced by None, so that
-    `json.dumps(..., allow_nan=False)` writes valid JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
-
-
-def dumps(value: Any, **kwargs: Any) -> str:
-    """`json.dumps` of `finite(value)` with `allow_nan=False`: every JSON file a run writes
-    goes through here, so a NaN that slips past `finite` fails loudly instead of writing a
-    file no JSON parser reads."""
-    return json.dumps(finite(value), allow_nan=False, **kwargs)
 
 
 class RunDir:
@@ -144,4 +125,4 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-__all__ = ["RunDir", "dumps", "finite", "load_records", "read_json"]
+__all__ = ["RunDir", "load_records", "read_json"]

@@ -27,7 +27,8 @@ from skyhub.errors import UsageError
 from skyhub.eval.breakdown import error_category, error_taxonomy, slice_keys, slice_table
 from skyhub.eval.compare import compare_runs, run_labels
 from skyhub.eval.metrics import headline, is_infra, is_success, number, outcome_counts
-from skyhub.eval.rundir import finite, load_records, read_episodes, read_json, read_jsonl
+from skyhub.eval.rundir import load_records, read_episodes, read_json, read_jsonl
+from skyhub.json_safe import jsonable
 
 #: What a directory must hold to be shown, for the error of a path that holds neither.
 RUN_DIR_HELP = ("a run directory is the --out of `skyhub eval` (it holds episodes.jsonl) or of "
@@ -176,7 +177,7 @@ def run_info(run: Run) -> dict[str, Any]:
         info.update(env_id=_yaml_env_id(config_text), steps=len(rows),
                     last_step=last.get("step"), last=last, config_text=config_text,
                     episode_steps=run.steps())
-    return finite(info)
+    return jsonable(info)
 
 
 def _read_text(path: Path) -> str | None:
@@ -264,7 +265,7 @@ def episode_table(records: Sequence[dict[str, Any]], *, outcome: str | None = No
         if meta is not None and str((rec.get("meta") or {}).get(meta[0])) != meta[1]:
             continue
         shown.append(rec)
-    return finite({"total": len(records), "shown": len(shown),
+    return jsonable({"total": len(records), "shown": len(shown),
                    "outcomes": outcome_counts(records), "headline": headline(shown),
                    "rows": [episode_row(r) for r in shown[:limit]]})
 
@@ -305,7 +306,7 @@ def trajectory(rec: dict[str, Any]) -> dict[str, Any]:
         else:
             first = (first or "") + "\n\n" + str(m.get("content"))
     final_info = dict(rec.get("final_info") or {})
-    return finite({
+    return jsonable({
         "row": episode_row(rec), "system_prompt": system, "first_observation": first,
         "turns": turns, "reward_breakdown": rec.get("reward_breakdown") or {},
         "final_info": final_info, "meta": rec.get("meta") or {},
@@ -335,7 +336,7 @@ def comparison(base: Run, other: Run) -> dict[str, Any]:
                      "a": None if ra is None else episode_row(ra),
                      "b": None if rb is None else episode_row(rb),
                      "verdict": _verdict(ra, rb) if same else None})
-    return finite({"base": base.id, "other": other.id, "stats": cmp.to_dict(),
+    return jsonable({"base": base.id, "other": other.id, "stats": cmp.to_dict(),
                    "markdown": cmp.to_markdown(), "rows": rows})
 
 
@@ -373,7 +374,7 @@ def curves(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if present:
             panels.append({"title": title, "series": present})
     others = {k: series(k) for k in keys if k not in used}
-    return finite({"steps": len(rows), "panels": panels,
+    return jsonable({"steps": len(rows), "panels": panels,
                    "others": {k: s for k, s in others.items() if s}})
 
 
