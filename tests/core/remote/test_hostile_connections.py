@@ -34,6 +34,9 @@ pytest.importorskip("websockets")
 
 from skyhub.remote.client import make_remote
 
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from polling import eventually
+
 pytestmark = pytest.mark.hostile
 
 SERVER_FDS = 256  # the server's RLIMIT_NOFILE
@@ -63,15 +66,6 @@ def health(port: int, timeout: float = 2.0) -> int | str:
         return type(e).__name__
 
 
-def poll(pred: object, timeout: float = DEADLINE_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @contextlib.contextmanager
 def server(loop: str, tmp_path: Path) -> Iterator[tuple[int, Path]]:
     port_file, log = tmp_path / "port", tmp_path / "server.log"
@@ -80,11 +74,11 @@ def server(loop: str, tmp_path: Path) -> Iterator[tuple[int, Path]]:
         proc = subprocess.Popen([sys.executable, "-c", code, loop, str(port_file)],
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
-        assert poll(lambda: (port_file.exists() and port_file.read_text().strip())
-                    or proc.poll() is not None), "the server did not start"
+        assert eventually(lambda: (port_file.exists() and port_file.read_text().strip())
+                          or proc.poll() is not None, DEADLINE_S), "the server did not start"
         assert proc.poll() is None, log.read_text()[-3000:]
         port = int(port_file.read_text())
-        assert poll(lambda: health(port) == 200)
+        assert eventually(lambda: health(port) == 200, DEADLINE_S)
         yield port, log
     finally:
         proc.kill()
@@ -156,7 +150,7 @@ def test_half_sent_requests_cannot_exhaust_the_server(loop: str, tmp_path: Path)
         try:
             started = time.monotonic()
             # /health answers while the attacker still holds its sockets
-            assert poll(lambda: health(port) == 200), f"/health: {health(port)}"
+            assert eventually(lambda: health(port) == 200, DEADLINE_S), f"/health: {health(port)}"
             answered_s = time.monotonic() - started
             # every half-sent connection is closed by the server (header timeout, or
             # dropped at the cap or shed when descriptors ran out)

@@ -10,10 +10,11 @@ import inspect
 import json
 import logging
 import socket
+import sys
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,9 @@ from skyhub import Task, TaskSet, TextEnv
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
 from skyhub.remote.client import make_remote
 from skyhub.remote.server import ServerThread
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from polling import eventually
 
 pytestmark = pytest.mark.hostile
 
@@ -66,17 +70,6 @@ def _registered() -> Iterator[None]:
     skyhub.register(BLOCK, BlockingEnv, override=True)
     yield
     skyhub.registry.unregister(BLOCK)
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 20.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def raw(srv: ServerThread, env_id: str = "toy-arith", path: str = "", **kw: Any) -> Any:
@@ -122,7 +115,7 @@ def test_client_kwargs_are_refused_unless_the_operator_allows_them(tmp_path: Pat
             with pytest.raises(UsageError, match="KwargsNotAllowed") as e:
                 make_remote("toy-arith", srv.url, **kwargs)
             assert "--allow-kwargs" in str(e.value)
-        assert wait_until(lambda: srv.hub.in_use() == 0)
+        assert eventually(lambda: srv.hub.in_use() == 0)
         with make_remote("toy-arith", srv.url) as env:  # without kwargs all is well
             assert env.reset(seed=0)[0]
             assert SECRET_PROMPT not in [t.prompt for t in env.tasks]
@@ -194,14 +187,14 @@ def test_sockets_that_never_open_are_closed_and_free_their_slots() -> None:
                       idle_ttl_s=600) as srv:
         squatters = [raw(srv) for _ in range(4)]
         try:
-            assert wait_until(lambda: srv.hub.in_use() == 4)
+            assert eventually(lambda: srv.hub.in_use() == 4)
             with pytest.raises(SandboxUnavailable, match="server full"):
                 make_remote("toy-arith", srv.url)
             assert ask(squatters[0], {"op": "ping"})["pong"]  # no extension of the deadline
             for ws in squatters:
                 code, reason = closed_with(ws)
                 assert code == 4408 and "open" in reason
-            assert wait_until(lambda: srv.hub.in_use() == 0)
+            assert eventually(lambda: srv.hub.in_use() == 0)
         finally:
             for ws in squatters:
                 ws.close()
@@ -265,7 +258,7 @@ def test_many_concurrent_sessions_get_served_up_to_capacity_then_4429() -> None:
             t.join(60)
         assert not errors, errors
         assert sorted(holding) == list(range(cap)) and len(refused) == n - cap
-        assert wait_until(lambda: srv.hub.in_use() == 0)
+        assert eventually(lambda: srv.hub.in_use() == 0)
 
 
 def test_a_stuck_env_call_ends_its_session_and_keeps_its_slot_until_it_returns() -> None:
@@ -282,7 +275,7 @@ def test_a_stuck_env_call_ends_its_session_and_keeps_its_slot_until_it_returns()
         with pytest.raises(SandboxUnavailable, match="server full"):
             make_remote(BLOCK, srv.url)
         _release.set()
-        assert wait_until(lambda: srv.hub.in_use() == 0)
+        assert eventually(lambda: srv.hub.in_use() == 0)
         assert env.reset()[0] == "start"  # reconnects: a new session
         assert env.step("fine")[0] == "did fine"
         env.close()
@@ -301,7 +294,7 @@ def test_sessions_end_at_their_lifetime_cap() -> None:
                 return True
             return False
 
-        assert wait_until(ended)
+        assert eventually(ended)
         env.close()
 
 
@@ -327,7 +320,7 @@ def test_oversized_messages_from_many_sessions_leave_the_server_up() -> None:
         finally:
             for ws in sockets:
                 ws.close()
-        assert wait_until(lambda: srv.hub.in_use() == 0)
+        assert eventually(lambda: srv.hub.in_use() == 0)
         with make_remote("toy-arith", srv.url) as env:
             assert env.reset(seed=0)[0]
 
@@ -378,7 +371,7 @@ def test_a_token_sent_in_a_url_never_reaches_a_log_line(
                     assert closed_with(ws)[0] == 4401
             with raw(srv, additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
                 assert ask(ws, {"op": "open"})["ok"]
-            assert wait_until(lambda: any("REDACTED" in r for r in records))
+            assert eventually(lambda: any("REDACTED" in r for r in records))
         finally:
             for lg in loggers:
                 lg.removeHandler(keep)

@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +32,9 @@ from skyhub.vector import VectorEnv
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
 import remote_testenvs
+from polling import eventually
 
 REC = "testremote-rec"
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -156,21 +148,21 @@ def test_client_that_vanishes_gets_its_env_closed(server: ServerThread) -> None:
     sock = env._ws.socket  # kill the TCP connection: no close frame, no goodbye
     sock.shutdown(socket.SHUT_RDWR)
     sock.close()
-    assert wait_until(lambda: remote_testenvs.CLOSED.get("vanish") == 1)
-    assert wait_until(lambda: not server.hub.sessions)
+    assert eventually(lambda: remote_testenvs.CLOSED.get("vanish") == 1)
+    assert eventually(lambda: not server.hub.sessions)
     env._ws = None  # the test broke the socket under the client's feet
     with pytest.raises(InfraError, match="reset\\(\\) reconnects"):
         env.step("b")
     assert env.reset(seed=0)[0].startswith("start")  # reconnected: a new session
     env.close()
-    assert wait_until(lambda: remote_testenvs.CLOSED.get("vanish") == 2)
+    assert eventually(lambda: remote_testenvs.CLOSED.get("vanish") == 2)
 
 
 def test_close_closes_the_server_env(server: ServerThread) -> None:
     env = make_remote(REC, server.url, label="closed-by-client")
     env.close()
     env.close()
-    assert wait_until(lambda: remote_testenvs.CLOSED.get("closed-by-client") == 1)
+    assert eventually(lambda: remote_testenvs.CLOSED.get("closed-by-client") == 1)
     with pytest.raises(UsageError, match="closed"):
         env.reset()
 
@@ -182,7 +174,7 @@ def test_each_session_runs_its_env_in_one_thread_of_its_own(server: ServerThread
         env.step("a")
     for env in envs.values():
         env.close()
-    assert wait_until(lambda: all(remote_testenvs.CLOSED.get(k) for k in envs))
+    assert eventually(lambda: all(remote_testenvs.CLOSED.get(k) for k in envs))
     time.sleep(0.1)  # a second close would land now
     assert [remote_testenvs.CLOSED[k] for k in envs] == [1, 1]  # closed once
     made_in = [remote_testenvs.THREADS[k] for k in envs]
@@ -195,13 +187,13 @@ def test_a_socket_that_never_opens_costs_no_thread(server: ServerThread) -> None
     def session_threads() -> int:
         return sum(t.name.startswith("skyhub-session-") for t in threading.enumerate())
 
-    assert wait_until(lambda: not server.hub.sessions)
+    assert eventually(lambda: not server.hub.sessions)
     before = session_threads()
     with raw_session(server) as ws:
         assert ask(ws, {"op": "ping"})["pong"] is True
         assert server.hub.in_use() == 1
         assert session_threads() == before
-    assert wait_until(lambda: server.hub.in_use() == 0)
+    assert eventually(lambda: server.hub.in_use() == 0)
 
 
 def test_an_env_left_open_at_exit_is_closed_and_the_process_exits() -> None:
@@ -233,7 +225,7 @@ def test_an_env_left_open_at_exit_is_closed_and_the_process_exits() -> None:
 def test_idle_session_is_closed_with_its_env() -> None:
     with ServerThread([REC], idle_ttl_s=0.3, allow_kwargs=("label",)) as srv:
         env = make_remote(REC, srv.url, label="idle")
-        assert wait_until(lambda: remote_testenvs.CLOSED.get("idle") == 1)
+        assert eventually(lambda: remote_testenvs.CLOSED.get("idle") == 1)
         with pytest.raises(InfraError, match="4408"):
             env.reset()  # the reply to this request never comes: the session is gone
         assert env.reset(seed=0)[0].startswith("start")  # the next reset reconnects
@@ -280,7 +272,7 @@ def test_malformed_and_oversized_messages_get_errors_and_server_stays_up(
         with pytest.raises(ConnectionClosed) as e:
             ws.recv(timeout=10)
         assert e.value.rcvd is None or e.value.rcvd.code == 1009
-    assert wait_until(lambda: remote_testenvs.CLOSED.get("raw") == 1)
+    assert eventually(lambda: remote_testenvs.CLOSED.get("raw") == 1)
     assert http_get(f"{server.http_url}/health")[0] == 200
     with make_remote(REC, server.url) as env:  # new sessions still work
         assert env.reset(seed=0)[0].startswith("start")
@@ -348,7 +340,7 @@ def test_capacity_limit_refuses_extra_sessions_with_4429() -> None:
         assert status == 200 and doc["sessions"] == 2 and doc["capacity"] == 2
         assert [e["id"] for e in doc["envs"]] == [REC]
         a.close()
-        assert wait_until(lambda: len(srv.hub.sessions) == 1)
+        assert eventually(lambda: len(srv.hub.sessions) == 1)
         c = make_remote(REC, srv.url)
         b.close()
         c.close()

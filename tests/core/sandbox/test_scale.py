@@ -5,9 +5,10 @@ assertions: a fake clock for the token bucket, barriers and events for what is i
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,9 @@ import skyhub.sandbox
 from skyhub.errors import UsageError
 from skyhub.sandbox import Pool, ratelimit
 from skyhub.sandbox.ratelimit import CreationLimiter, TokenBucket
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from polling import eventually
 
 
 class FakeClock:
@@ -30,15 +34,6 @@ class FakeClock:
     def sleep(self, s: float) -> None:
         self.sleeps.append(s)
         self.now += s
-
-
-def eventually(check: Callable[[], bool], within_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_the_token_bucket_lets_a_burst_through_then_spaces_creations() -> None:

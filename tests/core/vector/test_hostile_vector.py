@@ -16,8 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,6 +28,7 @@ from skyhub.vector import VectorEnv
 SUPPORT = Path(__file__).parents[2] / "support"
 sys.path.insert(0, str(SUPPORT))
 from hostile_vector_envs import SandboxHangEnv  # noqa: E402
+from polling import eventually  # noqa: E402
 from proc_helpers import processes_with, unique_seconds  # noqa: E402
 
 pytestmark = [pytest.mark.hostile, pytest.mark.docker]
@@ -71,15 +70,6 @@ def leftovers(pids: set[int], sleep_arg: str) -> dict[str, list]:
             "processes": processes_with(f"sleep {sleep_arg}")}
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
-
-
 def nothing_left(pids: set[int], sleep_arg: str) -> bool:
     return not any(leftovers(pids, sleep_arg).values())
 
@@ -116,7 +106,7 @@ def test_workers_killed_at_step_timeout_leave_no_sandboxes(docker_daemon: None, 
         assert all("step_timeout" in i["error"] for i in infos)
         assert truncs.all() and not terms.any() and rewards.tolist() == [0.0] * 3
         # reaped while the VectorEnv runs on (a long run would pile them up otherwise)
-        assert wait_until(lambda: nothing_left(pids, sleep_arg)), leftovers(pids, sleep_arg)
+        assert eventually(lambda: nothing_left(pids, sleep_arg)), leftovers(pids, sleep_arg)
     finally:
         venv.close()
     assert leftovers(pids, sleep_arg) == {"containers": [], "scratch_dirs": [], "processes": []}
@@ -159,7 +149,7 @@ def test_workers_of_a_killed_parent_close_their_envs(docker_daemon: None, bwrap:
     finally:
         parent.kill()
         parent.wait()
-    assert wait_until(lambda: nothing_left({pid}, sleep_arg) and not pid_alive(pid)), \
+    assert eventually(lambda: nothing_left({pid}, sleep_arg) and not pid_alive(pid)), \
         leftovers({pid}, sleep_arg)
 
 
@@ -204,7 +194,7 @@ def test_ray_actors_killed_or_dead_leave_no_sandboxes(docker_daemon: None, bwrap
         hung, dead = recv_all(hangs, 1)[0], recv_all(dies, 1)[0]
         assert hung["infra_error"] and "step_timeout" in hung["error"]
         assert dead["infra_error"] and "died" in dead["error"]
-        assert wait_until(lambda: nothing_left(pids, sleep_arg)), leftovers(pids, sleep_arg)
+        assert eventually(lambda: nothing_left(pids, sleep_arg)), leftovers(pids, sleep_arg)
     finally:
         hangs.close()
         dies.close()

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,9 @@ from skyhub.envs.python.grader import GradeResult, grade
 from skyhub.envs.python.kernel import KernelSession
 from skyhub.envs.python.runtime import make_sandbox
 from skyhub.sandbox.base import Sandbox
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from polling import eventually
 
 pytestmark = [pytest.mark.hostile, pytest.mark.slow]
 
@@ -322,15 +324,6 @@ def host_pids_with(token: str) -> list[int]:
     return out
 
 
-def wait_for(pred: Any, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return bool(pred())
-
-
 def start_daemons(token: str) -> str:
     """A cell that leaves daemons behind, without the kernel's marker in their environment:
     one in a new session, one double-forked."""
@@ -360,9 +353,9 @@ def test_reset_kills_every_process_of_the_episode(session: KernelSession) -> Non
         token = f"skyhub-daemon-{uuid.uuid4().hex}"
         r = session.run(start_daemons(token), timeout=30)
         assert r.ok, r
-        assert wait_for(lambda t=token: len(host_pids_with(t)) >= 2), host_pids_with(token)
+        assert eventually(lambda t=token: len(host_pids_with(t)) >= 2), host_pids_with(token)
         session.reset(cold=cold)
-        assert wait_for(lambda t=token: not host_pids_with(t)), \
+        assert eventually(lambda t=token: not host_pids_with(t)), \
             f"cold={cold}: {host_pids_with(token)} survived the reset"
 
 
