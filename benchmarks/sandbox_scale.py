@@ -33,7 +33,7 @@ from benchmarks._common import result, write
 from benchmarks.sandbox_reset import pct, timed
 
 NEEDS = ("docker",)  # `python -m benchmarks` skips this benchmark without it
-HOST_GIB, TARGET = 24, 500  # the goal: 500 live sandboxes on a 24 GiB host
+HOST_GIB, TARGET = 24, 500  # the goal: 500 live sandboxes on a 24 GiB host
 
 
 def mem_available_mib() -> float:

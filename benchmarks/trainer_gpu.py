@@ -311,7 +311,7 @@ def run(args: Any) -> None:
                         r["tokens"] / r["det_s"], "the RL step without it",
                         r["tokens"] / r["ours_s"], "its cost, measured (README: determinism)",
                         unit="tokens/s", note=note)]
-    if device.type == "cuda":  # the HF engine samples on the device (issue 21, item 4)
+    if device.type == "cuda":  # the HF engine samples on the device
         from benchmarks.rollout import device_sampling
 
         rows += device_sampling("cuda")

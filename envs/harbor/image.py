@@ -93,7 +93,7 @@ def _slug(name: str) -> str:
 def _split_cfg(cfg: Mapping[str, Any], build_timeout_s: float | None
                ) -> tuple[Mapping[str, Any], float]:
     """An env config dict, or a whole task config (its `environment` and `build_timeout_s`),
-    or the flat config of skyhub before issue 18: all three are accepted."""
+    or skyhub's older flat config: all three are accepted."""
     env_cfg = cfg.get("environment") if isinstance(cfg.get("environment"), Mapping) else cfg
     timeout = build_timeout_s if build_timeout_s is not None else (
         cfg.get("build_timeout_s") or env_cfg.get("build_timeout_s") or 600.0)

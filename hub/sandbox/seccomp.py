@@ -3,7 +3,7 @@
 Why: a verifier that runs the agent's code (a script the task checks) runs it beside its own
 shell; with the same uid and no Yama LSM (this kernel has none), that code could
 `PTRACE_ATTACH` the verifier's shell and rewrite its next syscall to `exit_group(0)`, a forged
-pass (issue 28, finding 3). So no process in a sandbox may use `ptrace`,
+pass. So no process in a sandbox may use `ptrace`,
 `process_vm_readv` or `process_vm_writev`: they fail with EPERM.
 
 - docker: `docker_profile()` is a seccomp profile for `security_opt=["seccomp=<json>"]`. It
