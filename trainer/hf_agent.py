@@ -25,7 +25,7 @@ from typing import Any
 
 from skyhub.chat import Message
 from skyhub.errors import UsageError
-from skyhub.eval.agents import Agent, Reply
+from skyhub.eval.agent import Agent, Reply
 
 #: A Hugging Face hub id: NAME or ORG/NAME of letters, digits, '-', '_' and '.' (no '--'
 #: or '..', no leading or trailing '-' or '.'), at most 96 characters.

@@ -533,7 +533,7 @@ def load_task(path: str | Path) -> Task:
         if (d / "task.yaml").is_file():
             from .terminal_bench import load_converted
 
-            return load_converted(d)
+            return load_converted(d, load_task)
         raise UsageError(f"{d} is not a Harbor task: task.toml is missing (a task has "
                          "task.toml, instruction.md, environment/Dockerfile and tests/test.sh)")
     try:

@@ -48,6 +48,7 @@ import re
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -462,11 +463,10 @@ def converted_dir(src: str | Path) -> Path:
     return final / src.name
 
 
-def load_converted(src: str | Path) -> Task:
+def load_converted(src: str | Path, load_task: Callable[[Path], Task]) -> Task:
     """A Terminal-Bench task as the `Task` of its Harbor conversion (id = its folder's name;
-    meta["converted_from"] = the original folder)."""
-    from .task import load_task
-
+    meta["converted_from"] = the original folder). `load_task` is task.py's, which calls this
+    (handed in, so that the converter does not import its caller back)."""
     src = Path(src).expanduser().resolve()
     task = load_task(converted_dir(src))
     cfg = dict(task.meta["config"], source_format="terminal-bench")

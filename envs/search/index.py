@@ -20,15 +20,6 @@ BUNDLED_CORPUS = DATA_DIR / "corpus.jsonl"
 BACKENDS = ("bm25s", "tantivy")
 
 
-def split_title(contents: str) -> tuple[str, str]:
-    """(title, text) of a passage: the first line, without surrounding quotes, and the rest."""
-    first, _, rest = str(contents).partition("\n")
-    title = first.strip()
-    if len(title) >= 2 and title[0] == title[-1] == '"':
-        title = title[1:-1].strip()
-    return title, rest.strip()
-
-
 def iter_corpus(path: str | Path) -> Iterator[dict[str, Any]]:
     """The rows of a corpus JSONL file, each with `id` and `contents` (`text`/`title` rows, as
     some dumps have, are turned into `contents`)."""

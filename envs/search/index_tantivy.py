@@ -21,7 +21,7 @@ from typing import Any
 
 from skyhub.errors import DataNotFound, MissingDependency
 
-from .index import split_title
+from .passage import split_title
 
 MARKER = "skyhub-tantivy.json"
 TOKENIZER = "en_stem"

@@ -13,7 +13,7 @@ from typing import Any
 
 from skyhub.tags import TagMatch, first_of
 
-from .index import split_title
+from .passage import split_title
 
 SYSTEM_PROMPT = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first "

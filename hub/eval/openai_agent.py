@@ -41,7 +41,7 @@ from typing import Any
 
 from skyhub.chat import Message
 from skyhub.errors import AgentError, SkyhubError, UsageError
-from skyhub.eval.agents import Agent, ReferenceFn, Reply
+from skyhub.eval.agent import Agent, ReferenceFn, Reply
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RETRY_STATUSES = frozenset({408, 409, 429})

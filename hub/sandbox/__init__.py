@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyhub.errors import UsageError
+from skyhub.sandbox.backends import BACKENDS, create, docker_available
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot
 
 # eager (reap.py is stdlib only): a lazy export would be shadowed by the submodule of the same
@@ -23,50 +23,13 @@ from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot
 from skyhub.sandbox.orphans import reap_owner
 from skyhub.sandbox.reap import reap
 
-BACKENDS = ("docker", "local", "e2b")
-
-
-def docker_available() -> bool:
-    """Whether a Docker daemon answers (used by `backend="auto"`)."""
-    from skyhub.sandbox.docker_client import docker_available as check
-
-    return check()
-
 
 def owner_start_time(pid: int) -> int:
     """Process `pid`'s start time in clock ticks (-1 when it is gone), as sandboxes record
     their owner's: with the pid it names an owner exactly (`reap_owner(pid, start=...)`)."""
-    from skyhub.sandbox.local_scratch import start_time
+    from skyhub.sandbox.base import start_time
 
     return start_time(pid)
-
-
-def create(image: str | None = None, backend: str = "auto", cpus: float = 1.0,
-           memory_mb: int = 1024, network: bool = False, workdir: str = "/work",
-           **kwargs: Any) -> Sandbox:
-    """A new sandbox. `backend="auto"` picks docker when a daemon answers, else local.
-
-    Common kwargs: `pids` (process limit, default 256), `max_output` (bytes kept per output
-    stream per exec, default 1 MiB), `pool` (a label). Backends take more (see each).
-    """
-    if backend == "auto":
-        backend = "docker" if docker_available() else "local"
-    if backend == "docker":
-        from skyhub.sandbox.docker import DockerSandbox
-
-        return DockerSandbox(image=image, cpus=cpus, memory_mb=memory_mb, network=network,
-                             workdir=workdir, **kwargs)
-    if backend == "local":
-        from skyhub.sandbox.local import LocalSandbox
-
-        return LocalSandbox(image=image, cpus=cpus, memory_mb=memory_mb, network=network,
-                            workdir=workdir, **kwargs)
-    if backend == "e2b":
-        from skyhub.sandbox.e2b import E2BSandbox
-
-        return E2BSandbox(image=image, cpus=cpus, memory_mb=memory_mb, network=network,
-                          workdir=workdir, **kwargs)
-    raise UsageError(f"unknown sandbox backend {backend!r}; choose one of {BACKENDS} or 'auto'")
 
 
 def __getattr__(name: str) -> Any:

@@ -116,6 +116,15 @@ def owner_labels(pool: str | None = None) -> dict[str, str]:
     return labels
 
 
+def start_time(pid: int) -> int:
+    """A process's start time in clock ticks (tells a reused pid from its first owner)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -79,7 +79,7 @@ from pathlib import Path
 from skyhub.errors import SandboxUnavailable, SkyhubError, UsageError
 from skyhub.sandbox import base as _b
 from skyhub.sandbox import local_cgroup
-from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
+from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes, start_time
 from skyhub.sandbox.extract import extract
 from skyhub.sandbox.guest import procs, tars, trees
 from skyhub.sandbox.local_bwrap import bwrap_argv, bwrap_problem, find_bwrap, write_etc
@@ -101,7 +101,6 @@ from skyhub.sandbox.local_scratch import (
     reap,
     remove_owned,
     rmtree,
-    start_time,
 )
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -137,7 +137,7 @@ def _read(path: Path) -> str:
 
 
 def _owner_tag(pid: int | None = None) -> str:
-    from skyhub.sandbox.local_scratch import start_time
+    from skyhub.sandbox.base import start_time
 
     pid = os.getpid() if pid is None else pid
     return f"{pid}.{start_time(pid)}"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from skyhub.errors import SandboxUnavailable
 from skyhub.sandbox import base as _b
+from skyhub.sandbox.base import start_time
 from skyhub.sandbox.guest import procs, trees
 
 log = logging.getLogger(__name__)
@@ -66,15 +67,6 @@ def make_base() -> Path:
                                          f"uids cannot reach {base}; set {ENV_DIR} elsewhere "
                                          "(e.g. under /tmp)")
     return base
-
-
-def start_time(pid: int) -> int:
-    """A process's start time in clock ticks (tells a reused pid from its first owner)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return -1
 
 
 def proc_uids() -> dict[int, int]:

@@ -143,7 +143,7 @@ class Pool:
 
     # ------------------------------------------------------------------ internals
     def _new_entry(self) -> _Entry:
-        from skyhub.sandbox import create
+        from skyhub.sandbox.backends import create
 
         sb = create(**self.create_kwargs)
         try:

@@ -6,50 +6,18 @@ from typing import TYPE_CHECKING, Any
 
 from skyhub.errors import UsageError
 from skyhub.vector.env import VectorEnv
+from skyhub.vector.executor_names import get_executor
 from skyhub.vector.executors import (
     EnvWorker,
     Executor,
     ProcessExecutor,
     ThreadExecutor,
     WorkerDied,
-    get_executor,
 )
+from skyhub.vector.factories import EnvFactory, RemoteFactory
 
 if TYPE_CHECKING:
     from gymnasium.vector import AutoresetMode
-
-    from skyhub.env import TextEnv
-    from skyhub.registry import EnvSpec
-
-
-class EnvFactory:
-    """A picklable `env_fn`: builds the env from its spec, so a worker process needs neither
-    the parent's registry nor its plugins loaded."""
-
-    def __init__(self, spec: EnvSpec, kwargs: dict[str, Any]) -> None:
-        self.spec, self.kwargs = spec, kwargs
-
-    def __call__(self) -> TextEnv:
-        return self.spec.make(**self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"EnvFactory({self.spec.id!r}, {self.kwargs!r})"
-
-
-class RemoteFactory:
-    """A picklable `env_fn` for an env served by `skyhub serve` (one session per env)."""
-
-    def __init__(self, env_id: str, url: str, token: str | None,
-                 kwargs: dict[str, Any]) -> None:
-        self.env_id, self.url, self.token, self.kwargs = env_id, url, token, kwargs
-
-    def __call__(self) -> TextEnv:
-        from skyhub.remote.client import make_remote
-
-        return make_remote(self.env_id, self.url, token=self.token, **self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"RemoteFactory({self.env_id!r}, {self.url!r}, {self.kwargs!r})"
 
 
 def make_vec(env_id: str, num_envs: int, *, executor: str | Executor = "threads",

@@ -36,7 +36,8 @@ from gymnasium.vector import AutoresetMode
 from skyhub.chat import infra_error_info
 from skyhub.errors import UsageError
 from skyhub.spaces import UnicodeText
-from skyhub.vector.executors import Executor, LocalWorker, ThreadExecutor, get_executor
+from skyhub.vector.executor_names import get_executor
+from skyhub.vector.executors import Executor, LocalWorker, ThreadExecutor
 from skyhub.vector.runner import Result, Runner
 
 if TYPE_CHECKING:

@@ -402,33 +402,3 @@ class ProcessExecutor(Executor):
     def close(self) -> None:
         """Wait (up to 60 s) until the sandboxes of killed workers are reaped."""
         self._cleanups.join(60.0)
-
-
-def _ray_executor() -> Executor:
-    """`RayExecutor` with its defaults, imported only when asked for (Ray is heavy)."""
-    try:
-        from skyhub.vector.ray_executor import RayExecutor
-    except ImportError as e:
-        from skyhub.errors import MissingDependency
-
-        raise MissingDependency(f"executor='ray' needs Ray ({e}). Install it with "
-                                "pip install 'skyhub[ray]'.") from e
-    return RayExecutor()
-
-
-EXECUTORS: dict[str, Callable[[], Executor]] = {
-    "threads": ThreadExecutor,
-    "processes": ProcessExecutor,
-    "ray": _ray_executor,
-}
-
-
-def get_executor(executor: str | Executor) -> Executor:
-    """An executor by name (`threads`, `processes`, `ray`) or the instance given."""
-    if isinstance(executor, Executor):
-        return executor
-    try:
-        return EXECUTORS[executor]()
-    except KeyError:
-        raise UsageError(f"unknown executor {executor!r}; choose one of {sorted(EXECUTORS)} "
-                         "or pass an Executor instance") from None

@@ -329,7 +329,7 @@ class RayExecutor(Executor):
     def actor_options(self, env_fn: EnvFn) -> dict[str, Any]:
         """The Ray `.options(...)` of `env_fn`'s actor: `DEFAULT_RESOURCES`, updated by the env
         spec's `resources` (when `env_fn` comes from `make_vec`), updated by this executor's."""
-        from skyhub.vector import EnvFactory
+        from skyhub.vector.factories import EnvFactory
 
         spec_resources: dict[str, Any] = {}
         if isinstance(env_fn, EnvFactory):

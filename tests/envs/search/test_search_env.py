@@ -22,7 +22,8 @@ pytest.importorskip("bm25s")
 
 from search_data import PLANTED, TASK
 
-from skyhub.envs.search.index import BM25Index, iter_corpus, split_title
+from skyhub.envs.search.index import BM25Index, iter_corpus
+from skyhub.envs.search.passage import split_title
 
 
 def play(env, actions: list[str]):
