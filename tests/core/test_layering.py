@@ -8,7 +8,12 @@ dependencies do not matter):
   `skyhub.errors`, a family's in `skyhub.envs.FAMILY.errors`, the trainer's in
   `skyhub.trainer.errors` and the Tinker server's in `skyhub.trainer.tinker.exceptions` (so a
   new family never edits core), with the exemptions below and their reasons; that each is a
-  `SkyhubError` is tests/core/test_errors.py's (it imports them).
+  `SkyhubError` is tests/core/test_errors.py's (it imports them);
+- the floors inside: the contract (hub/*.py) imports no layer folder (so the registry
+  imports no `remote/`, and `check_env` sits in `eval/`, above what it runs); no family
+  imports another (what they share is core's, e.g. `skyhub.shell`); `vector/` takes from
+  `skyhub.sandbox` only the names of its `__all__`; and no import cycle in core and the
+  families, imports inside functions included.
 """
 
 from __future__ import annotations
@@ -16,10 +21,14 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from import_graph import cycles, import_graph  # noqa: E402
+
 CORE = ROOT / "hub"
 PACKAGES = (ROOT / "hub", ROOT / "envs", ROOT / "trainer")  # skyhub, skyhub.envs, .trainer
 ERRORS = ROOT / "hub" / "errors.py"
@@ -162,6 +171,110 @@ def test_the_scan_sees_such_an_import() -> None:
     assert sorted(m for _, m in _imported_modules(tree)) == [
         "skyhub", "skyhub.envs.search", "skyhub.envs.sql", "skyhub.trainer",
         "skyhub.trainer.loop"]
+
+
+# ------------------------------------------------------------------------- floors and cycles
+def _graph() -> dict[str, set[str]]:
+    """Core's and the families' modules -> what each imports, imports inside functions
+    included (tests/support/import_graph.py)."""
+    graph = import_graph(CORE, "skyhub")
+    graph.update(import_graph(ROOT / "envs", "skyhub.envs"))
+    return graph
+
+
+#: The contract an env author reads: core's top-level modules (hub/*.py, but the package's
+#: `__init__`, the facade above everything: `skyhub.make` reaches `skyhub.remote`).
+def _contract(graph: dict[str, set[str]]) -> set[str]:
+    return {m for m in graph if m.count(".") == 1 and (CORE / f"{m.split('.')[1]}.py").is_file()}
+
+
+def test_the_contract_imports_no_layer_above_it() -> None:
+    """env, task, registry, spaces, tags, chat, errors and the kwargs check import only each
+    other: not `eval/` (check_env, which replays episodes, is `skyhub.eval.checks`), not
+    `remote/` (the registry knows nothing of served envs), not `vector/`, `sandbox/`,
+    `shell/`, ... ."""
+    graph = _graph()
+    contract = _contract(graph)
+    assert {"skyhub.registry", "skyhub.env", "skyhub.env_kwargs", "skyhub.task"} <= contract
+    assert "skyhub.checks" not in graph, "check_env lives in skyhub.eval.checks, above eval/"
+    wrong = [f"{m} imports {t}" for m in sorted(contract) for t in sorted(graph[m])
+             if t.startswith("skyhub.") and t not in contract]
+    assert not wrong, ("the contract modules (hub/*.py) import only each other; move what "
+                       "needs a layer above into that layer:\n" + "\n".join(wrong))
+
+
+def test_the_registry_does_not_import_remote_and_stays_small() -> None:
+    graph = _graph()
+    assert not {t for t in graph["skyhub.registry"] if t.startswith("skyhub.remote")}
+    lines = len((CORE / "registry.py").read_text(encoding="utf-8").splitlines())
+    assert lines < 300, f"hub/registry.py has {lines} lines: its kwargs check is env_kwargs.py"
+
+
+def _family(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["skyhub", "envs"] else None
+
+
+def test_no_family_imports_another_family() -> None:
+    """What two families share lives in core (the shell families' session, protocol, judge
+    and episode flow are `skyhub.shell`), so each family can be read, moved or removed
+    alone."""
+    graph = _graph()
+    assert _family("skyhub.envs.harbor.env") == "harbor" and "skyhub.envs.harbor.env" in graph
+    wrong = [f"{m} imports {t}" for m in sorted(graph) if _family(m)
+             for t in sorted(graph[m]) if _family(t) not in (None, _family(m))]
+    assert not wrong, ("a family imports another; move what they share into core:\n"
+                       + "\n".join(wrong))
+
+
+def _sandbox_reaches(tree: ast.Module, public: set[str]) -> list[str]:
+    """What a module takes from `skyhub.sandbox` beyond its public names: a submodule
+    imported, a name not in the package's `__all__`, or a submodule named in a string
+    (`sys.modules.get("skyhub.sandbox.base")`)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith("skyhub.sandbox.")]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("skyhub.sandbox."):
+                out.append(node.module)
+            elif node.module == "skyhub.sandbox":
+                out += [f"skyhub.sandbox.{a.name}" for a in node.names if a.name not in public]
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and node.value.startswith("skyhub.sandbox.")):
+            out.append(node.value)
+    return out
+
+
+def test_vector_uses_only_the_sandbox_public_names() -> None:
+    init = ast.parse((CORE / "sandbox" / "__init__.py").read_text(encoding="utf-8"))
+    public = set(next(ast.literal_eval(n.value) for n in init.body if isinstance(n, ast.Assign)
+                      and any(getattr(t, "id", "") == "__all__" for t in n.targets)))
+    assert {"create", "reap_owner", "owner_start_time"} <= public
+    wrong = [f"{path}: {name}" for path, tree in _sources(CORE / "vector").items()
+             for name in _sandbox_reaches(tree, public)]
+    assert not wrong, ("skyhub.vector reaches into the sandbox's internals; use (or add) a "
+                       "name of skyhub.sandbox.__all__:\n" + "\n".join(wrong))
+
+
+def test_the_sandbox_scan_sees_internals() -> None:
+    tree = ast.parse("from skyhub.sandbox.local_scratch import start_time\n"
+                     "def f():\n    from skyhub.sandbox import create, _private\n"
+                     "    return sys.modules.get('skyhub.sandbox.base')\n")
+    assert sorted(_sandbox_reaches(tree, {"create"})) == [
+        "skyhub.sandbox._private", "skyhub.sandbox.base", "skyhub.sandbox.local_scratch"]
+
+
+def test_no_import_cycle_in_core_and_the_families() -> None:
+    """Counting imports inside functions: a cycle hidden in a function still makes a reader
+    hold both modules at once (the trainer's own check is tests/trainer/
+    test_no_import_cycles.py)."""
+    graph = _graph()
+    assert {"skyhub.vector.executors", "skyhub.sandbox.pool", "skyhub.envs.search.index"} \
+        <= set(graph)
+    found = cycles(graph)
+    assert found == [], "import cycles (a -> b -> ... -> a):\n" + "\n".join(
+        " -> ".join([*c, c[0]]) for c in found)
 
 
 # -------------------------------------------------------------------------------- exceptions
