@@ -40,9 +40,11 @@ agent's results only as data (its workdir, /logs/artifacts, the task's artifacts
 says so when the agent left processes running.
 
 The verifier phases (where test.sh runs, the rewards it leaves, the steps' aggregate) are
-verdict.py's `VerdictPhases`, a mixin of `HarborEnv`. Over ~400 lines, for a reason: the rest
-of one episode flow (container, agent, oracle, steps, logs), each phase short; split further,
-a reader would jump between files to follow an episode.
+verdict.py's `VerdictPhases`, a mixin of `HarborEnv`.
+
+Over ~400 lines, for a reason: the rest of one episode flow (container, agent, oracle, steps,
+logs), each phase short; split further, a reader would jump between files to follow an
+episode.
 """
 
 from __future__ import annotations
