@@ -9,6 +9,7 @@ backend is shared by a test module: a kernel's cold start is ~1-2 s.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -43,3 +44,22 @@ def session(backend: str) -> Iterator[object]:
 
     with KernelSession(backend) as s:
         yield s
+
+
+@pytest.fixture(scope="module")
+def grader(backend: str) -> Iterator[Callable[[], tuple[Any, str]]]:
+    """A grading sandbox like python-code's, restored before each use: `grader()` gives it
+    and the python to run in it."""
+    from skyhub.envs.python.runtime import make_sandbox
+
+    sb, argv = make_sandbox(backend, pool="python-grader")
+    clean = sb.snapshot()
+
+    def restored() -> tuple[Any, str]:
+        sb.restore(clean, kill_processes=True)
+        return sb, argv[0]
+
+    try:
+        yield restored
+    finally:
+        sb.close()

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from skyhub.envs.python.code_tasks import load_code_tasks
 from skyhub.envs.python.grader import GradeResult, grade
 from skyhub.envs.python.kernel import KernelSession
 from skyhub.envs.python.runtime import make_sandbox
-from skyhub.sandbox.base import Sandbox
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
 from polling import eventually
@@ -32,22 +30,6 @@ pytestmark = [pytest.mark.hostile, pytest.mark.slow]
 #: The bundled tasks whose tests are Python code run beside the program (MBPP asserts and
 #: HumanEval check functions): the ones an in-process harness exposes.
 IN_PROCESS = [t for t in load_code_tasks() if t.meta["tests"]["kind"] in ("asserts", "check")]
-
-
-@pytest.fixture(scope="module")
-def grader(backend: str) -> Iterator[tuple[Sandbox, str]]:
-    """A grading sandbox like python-code's (restored before each use) and its python."""
-    sb, argv = make_sandbox(backend, pool="python-grader")
-    clean = sb.snapshot()
-
-    def restored() -> tuple[Sandbox, str]:
-        sb.restore(clean, kill_processes=True)
-        return sb, argv[0]
-
-    try:
-        yield restored  # type: ignore[misc]
-    finally:
-        sb.close()
 
 
 def grade_all(grader: Any, program_for: Any) -> dict[str, GradeResult]:

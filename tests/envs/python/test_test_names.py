@@ -6,14 +6,11 @@ them. Run on every backend the grader runs on."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from skyhub.envs.python.grader import GradeResult, grade
-from skyhub.envs.python.runtime import make_sandbox
-from skyhub.sandbox.base import Sandbox
 
 pytestmark = [pytest.mark.hostile]
 
@@ -61,22 +58,6 @@ FAKES = {
                      "np = math\n",
 }
 WRONG = "def area(r):\n    return 0.0\n"
-
-
-@pytest.fixture(scope="module")
-def grader(backend: str) -> Iterator[Callable[[], tuple[Sandbox, str]]]:
-    """A grading sandbox like python-code's (restored before each use) and its python."""
-    sb, argv = make_sandbox(backend, pool="python-grader")
-    clean = sb.snapshot()
-
-    def restored() -> tuple[Sandbox, str]:
-        sb.restore(clean, kill_processes=True)
-        return sb, argv[0]
-
-    try:
-        yield restored
-    finally:
-        sb.close()
 
 
 def run(grader: Any, program: str, tests: dict[str, Any]) -> GradeResult:
