@@ -63,7 +63,8 @@ class AgentError(InfraError):
 
 class UsageError(SkyhubError, ValueError):
     """The API was called in a way that cannot work (a snapshot restored on another sandbox,
-    a step sent to a busy env...); the message says what to do instead."""
+    a step sent to a busy env, a kwarg value the env refuses, a task or dataset file it cannot
+    read); the message says what to do instead."""
 
 
 class RegistrationError(UsageError):

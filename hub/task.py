@@ -129,14 +129,14 @@ def read_rows(path: str | Path) -> list[tuple[int, Any]]:
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{p}: not UTF-8 text ({e}); task files are UTF-8 JSONL") from None
+        raise UsageError(f"{p}: not UTF-8 text ({e}); task files are UTF-8 JSONL") from None
     if p.suffix == ".json":
         try:
             data = json.loads(text)
         except ValueError as e:
-            raise ValueError(f"{p}: not valid JSON ({e})") from None
+            raise UsageError(f"{p}: not valid JSON ({e})") from None
         if not isinstance(data, list):
-            raise ValueError(f"{p}: a .json task file must hold a list of rows, got "
+            raise UsageError(f"{p}: a .json task file must hold a list of rows, got "
                              f"{type(data).__name__}; or use JSONL, one row per line")
         return list(enumerate(data, 1))
     rows = []
@@ -145,7 +145,7 @@ def read_rows(path: str | Path) -> list[tuple[int, Any]]:
             try:
                 rows.append((lineno, json.loads(line)))
             except ValueError as e:
-                raise ValueError(f"{p}:{lineno}: not valid JSON ({e}); expected one JSON "
+                raise UsageError(f"{p}:{lineno}: not valid JSON ({e}); expected one JSON "
                                  "object per line") from None
     return rows
 
@@ -165,6 +165,6 @@ def load_jsonl(path: str | Path, *, name: str = "") -> TaskSet:
         try:
             tasks.append(Task.from_dict(row))
         except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{p}:{lineno}: not a task ({e}); expected a JSON object with "
+            raise UsageError(f"{p}:{lineno}: not a task ({e}); expected a JSON object with "
                              "at least 'id' and 'prompt'") from None
     return TaskSet(tasks, name=name or p.stem)

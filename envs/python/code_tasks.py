@@ -27,7 +27,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, UsageError
 from skyhub.task import Task, TaskSet, read_rows
 
 BUNDLED = Path(__file__).resolve().parent / "data" / "code.jsonl"
@@ -51,7 +51,7 @@ def load_code_tasks(data: str | Path | None = None, split: str | None = None) ->
         kept = [t for t in tasks if t.meta.get("split") == split]
         if not kept:
             seen = sorted({str(t.meta["split"]) for t in tasks if "split" in t.meta})
-            raise ValueError(f"no task of split {split!r} in {path} (splits there: "
+            raise UsageError(f"no task of split {split!r} in {path} (splits there: "
                              f"{', '.join(seen) or 'none'}); pass split=None for all of them")
         tasks = kept
     name = "python-code" if data is None else path.stem
@@ -86,7 +86,7 @@ def task_from_row(row: Any, *, where: str = "<row>") -> Task:
     """One row of any supported format as a Task; ValueError naming `where` and the keys each
     format needs when the row is none of them."""
     if not isinstance(row, dict):
-        raise ValueError(f"{where}: a row must be a JSON object, got {type(row).__name__}; "
+        raise UsageError(f"{where}: a row must be a JSON object, got {type(row).__name__}; "
                          f"expected one of: {_EXPECTED_KEYS}")
     try:
         if "id" in row and isinstance(row.get("meta"), dict) and "tests" in row["meta"]:
@@ -98,9 +98,9 @@ def task_from_row(row: Any, *, where: str = "<row>") -> Task:
         if "question_content" in row:
             return _livecodebench(row)
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{where}: malformed row ({type(e).__name__}: {e}); expected one of: "
+        raise UsageError(f"{where}: malformed row ({type(e).__name__}: {e}); expected one of: "
                          f"{_EXPECTED_KEYS}") from None
-    raise ValueError(f"{where}: unrecognised row with keys {sorted(row)[:8]}; expected one of: "
+    raise UsageError(f"{where}: unrecognised row with keys {sorted(row)[:8]}; expected one of: "
                      f"{_EXPECTED_KEYS}")
 
 
@@ -108,30 +108,30 @@ def validate_tests(tests: Any) -> dict[str, Any]:
     """`tests` if it has one of the shapes the grader runs; ValueError saying what is wrong."""
     if not isinstance(tests, dict) or tests.get("kind") not in KINDS:
         kind = tests.get("kind") if isinstance(tests, dict) else tests
-        raise ValueError(f"meta.tests.kind is {kind!r}, expected one of {KINDS}")
+        raise UsageError(f"meta.tests.kind is {kind!r}, expected one of {KINDS}")
     kind = tests["kind"]
 
     def strings(value: Any, what: str) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"{kind} tests need {what} as a list of strings")
+            raise UsageError(f"{kind} tests need {what} as a list of strings")
 
     if kind == "asserts":
         strings(tests.get("asserts"), "'asserts'")
         if not isinstance(tests.get("setup", ""), str):
-            raise ValueError("asserts tests need 'setup' as a string")
+            raise UsageError("asserts tests need 'setup' as a string")
     elif kind == "check":
         if not isinstance(tests.get("code"), str) or not isinstance(tests.get("entry_point"),
                                                                       str):
-            raise ValueError("check tests need 'code' and 'entry_point' as strings")
+            raise UsageError("check tests need 'code' and 'entry_point' as strings")
     else:
         cases = tests.get("cases")
         if not isinstance(cases, list) or not all(
                 isinstance(c, dict) and isinstance(c.get("input"), str)
                 and isinstance(c.get("output"), str) for c in cases):
-            raise ValueError(f"{kind} tests need 'cases' as a list of "
+            raise UsageError(f"{kind} tests need 'cases' as a list of "
                              "{'input': str, 'output': str}")
         if kind == "functional" and not isinstance(tests.get("method"), str):
-            raise ValueError("functional tests need 'method' as a string")
+            raise UsageError("functional tests need 'method' as a string")
     return tests
 
 
@@ -223,7 +223,7 @@ def decode_test_cases(value: Any) -> list[dict[str, Any]]:
     except ValueError:
         cases = json.loads(_unpickle_string(text))
     if not isinstance(cases, list):
-        raise ValueError(f"test cases must be a list, got {type(cases).__name__}")
+        raise UsageError(f"test cases must be a list, got {type(cases).__name__}")
     return cases
 
 
@@ -235,14 +235,14 @@ def _unpickle_string(text: str) -> str:
         too_big = bool(d.unconsumed_tail)
         obj = None if too_big else _StringsOnly(io.BytesIO(data)).load()
     except Exception as e:  # binascii/zlib/Unpickling errors, EOF, a malformed pickle
-        raise ValueError(f"test cases are neither JSON nor base64(zlib(pickle)) "
+        raise UsageError(f"test cases are neither JSON nor base64(zlib(pickle)) "
                          f"({type(e).__name__}: {e})") from None
     if too_big:
-        raise ValueError(f"compressed test cases exceed {MAX_DECOMPRESSED} bytes")
+        raise UsageError(f"compressed test cases exceed {MAX_DECOMPRESSED} bytes")
     if isinstance(obj, bytes):
         obj = obj.decode("utf-8")
     if not isinstance(obj, str):
-        raise ValueError(f"compressed test cases hold a {type(obj).__name__}, expected a "
+        raise UsageError(f"compressed test cases hold a {type(obj).__name__}, expected a "
                          "JSON string")
     return obj
 
@@ -252,7 +252,7 @@ def _livecodebench(row: dict[str, Any]) -> Task:
     private = decode_test_cases(row.get("private_test_cases"))
     cases = public + private
     if not cases:
-        raise ValueError("no test cases")
+        raise UsageError("no test cases")
     testtype = cases[0].get("testtype", "stdin")
     pairs = [{"input": str(c["input"]), "output": str(c["output"])} for c in cases]
     qid = row.get("question_id") or row.get("question_title")
@@ -288,7 +288,7 @@ def _method_name(row: dict[str, Any], starter: str) -> str:
         return metadata["func_name"]
     m = re.search(r"def\s+(\w+)\s*\(\s*self", starter)
     if not m:
-        raise ValueError("functional test cases but no method name in starter_code or "
+        raise UsageError("functional test cases but no method name in starter_code or "
                          "metadata.func_name")
     return m.group(1)
 

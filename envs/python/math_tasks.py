@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, UsageError
 from skyhub.task import Task, TaskSet, read_rows
 
 from .math_extract import gold_from_solution
@@ -28,7 +28,7 @@ _META_KEYS = ("level", "type", "subject", "unique_id", "split")
 def _task(row: Any, *, default_id: str, source: str, where: str) -> Task:
     """One row in any supported format as a Task; ValueError naming `where` otherwise."""
     if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}; "
+        raise UsageError(f"{where}: expected a JSON object, got {type(row).__name__}; "
                          f"rows need one of {_EXPECTED}")
     meta: dict[str, Any] = {}
     if isinstance(row.get("meta"), dict):
@@ -43,11 +43,11 @@ def _task(row: Any, *, default_id: str, source: str, where: str) -> Task:
     elif isinstance(row.get("solution"), str):
         answer = gold_from_solution(row["solution"])
         if answer is None:
-            raise ValueError(f"{where}: the solution has no \\boxed{{}} answer; MATH rows need "
+            raise UsageError(f"{where}: the solution has no \\boxed{{}} answer; MATH rows need "
                              "one (or give 'answer' explicitly)")
         meta.setdefault("solution", row["solution"])
     if prompt is None or answer is None:
-        raise ValueError(f"{where}: row with keys {sorted(row)} is not a math task; expected "
+        raise UsageError(f"{where}: row with keys {sorted(row)} is not a math task; expected "
                          f"one of {_EXPECTED}")
     meta.setdefault("source", source)
     task_id = row.get("id", row.get("unique_id", default_id))

@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, UsageError
 from skyhub.task import Task, TaskSet
 
 BUNDLED_DIR = Path(__file__).parent / "data" / "tasks"
@@ -35,7 +35,7 @@ def _read(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e}); task files are UTF-8") from None
+        raise UsageError(f"{path}: not UTF-8 text ({e}); task files are UTF-8") from None
 
 
 def _config(task_dir: Path) -> tuple[float, dict[str, Any]]:
@@ -46,13 +46,13 @@ def _config(task_dir: Path) -> tuple[float, dict[str, Any]]:
     try:
         cfg = tomllib.loads(_read(path))
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: not valid TOML ({e})") from None
+        raise UsageError(f"{path}: not valid TOML ({e})") from None
     agent, metadata = cfg.get("agent", {}), cfg.get("metadata", {})
     if not isinstance(agent, dict) or not isinstance(metadata, dict):
-        raise ValueError(f"{path}: [agent] and [metadata] must be tables")
+        raise UsageError(f"{path}: [agent] and [metadata] must be tables")
     timeout = agent.get("timeout_sec", DEFAULT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        raise ValueError(f"{path}: [agent] timeout_sec must be a positive number of seconds, "
+        raise UsageError(f"{path}: [agent] timeout_sec must be a positive number of seconds, "
                          f"got {timeout!r}")
     return float(timeout), dict(metadata)
 
@@ -68,7 +68,7 @@ def load_task_dir(path: str | Path) -> Task:
         raise DataNotFound(f"task directory {d} does not exist; {LAYOUT}")
     for required in ("instruction.md", "verify.sh"):
         if not (d / required).is_file():
-            raise ValueError(f"task directory {d} has no {required}; {LAYOUT}")
+            raise UsageError(f"task directory {d} has no {required}; {LAYOUT}")
     timeout, metadata = _config(d)
     setup, solution = d / "setup.sh", d / "solution.sh"
     meta = {"family": DEFAULT_FAMILY, **metadata,

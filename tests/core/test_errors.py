@@ -202,3 +202,14 @@ def test_sandbox_and_env_misuse_is_a_usage_error() -> None:
         skyhub.make("terminal", backend="local", command_timeout_s=0)
     with pytest.raises(UsageError, match=r"synth=True .* or data_dir=DIR, not both"):
         skyhub.make("terminal", synth=True, data_dir=".")
+
+
+def test_a_task_file_it_cannot_read_is_a_usage_error_naming_the_line(tmp_path: Path) -> None:
+    from skyhub.task import Task, TaskSet, load_jsonl
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text('{"id": "a", "prompt": "p", "answer": "x"}\n{"id": \n')
+    with pytest.raises(UsageError, match=r"tasks\.jsonl:2: not valid JSON"):
+        load_jsonl(path)
+    with pytest.raises(UsageError, match="duplicate task id 'a'"):
+        TaskSet([Task(id="a", prompt="p"), Task(id="a", prompt="q")])

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, UsageError
 from skyhub.task import Task, TaskSet
 
 from . import SQLDataset, default_dir
@@ -91,9 +91,9 @@ def _read(path: Path) -> list[dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
-        raise ValueError(f"{path}: not BIRD's JSON format ({e})") from None
+        raise UsageError(f"{path}: not BIRD's JSON format ({e})") from None
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of questions, got {type(data).__name__}")
+        raise UsageError(f"{path}: expected a JSON list of questions, got {type(data).__name__}")
     return data
 
 
@@ -101,4 +101,4 @@ def _gold(ex: dict[str, Any], path: Path, i: int) -> str:
     for key in ("SQL", "query", "sql"):
         if ex.get(key):
             return str(ex[key])
-    raise ValueError(f"{path}: question {i} has no gold SQL (looked for 'SQL', 'query', 'sql')")
+    raise UsageError(f"{path}: question {i} has no gold SQL (looked for 'SQL', 'query', 'sql')")

@@ -33,7 +33,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, UsageError
 from skyhub.task import Task, TaskSet
 
 from . import SQLDataset, default_dir
@@ -64,7 +64,7 @@ def load(data_dir: str | Path | None = None, split: str = "train", name: str = "
         collection = str(row.get("data") or extra.get("data") or row.get("data_source") or "")
         collection = collection.lower()
         if not db_id or collection not in COLLECTIONS:
-            raise ValueError(f"{file}: row {i} has db_id={db_id!r}, data={collection!r}; expected "
+            raise UsageError(f"{file}: row {i} has db_id={db_id!r}, data={collection!r}; expected "
                              f"a db_id and data in {COLLECTIONS}")
         messages = _messages(row.get("prompt"), file, i)
         schema, question, knowledge = parse_user(messages)
@@ -134,7 +134,7 @@ def _messages(prompt: Any, file: Path, i: int) -> list[dict[str, str]]:
     messages = [{"role": str(m.get("role") or "user"), "content": str(m.get("content") or "")}
                 for m in (prompt or []) if isinstance(m, dict)]
     if not any(m["role"] == "user" for m in messages):
-        raise ValueError(f"{file}: row {i} has no user message in its prompt "
+        raise UsageError(f"{file}: row {i} has no user message in its prompt "
                          "(expected a list of {role, content} with a user message)")
     return messages
 
@@ -191,7 +191,7 @@ def _gold(row: dict[str, Any], file: Path, i: int) -> str:
     gold = spec.get("ground_truth") if isinstance(spec, dict) else None
     gold = gold or row.get("sql")
     if not gold:
-        raise ValueError(f"{file}: row {i} has no gold SQL (reward_spec.ground_truth)")
+        raise UsageError(f"{file}: row {i} has no gold SQL (reward_spec.ground_truth)")
     return str(gold)
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from skyhub.errors import DataNotFound
+from skyhub.errors import DataNotFound, UsageError
 from skyhub.task import Task, TaskSet
 
 from ..hardness import spider_hardness
@@ -183,14 +183,14 @@ def _with_skyrl_eval(tasks: list[Task], path: Path) -> list[Task]:
     next row asking its question; fewer rows than tasks is an error."""
     rows = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise ValueError(f"{path}: not SkyRL-SQL's evaluation format (a JSON list of objects)")
+        raise UsageError(f"{path}: not SkyRL-SQL's evaluation format (a JSON list of objects)")
     for i, r in enumerate(rows):
         missing = [k for k in ("schema", "question") if not isinstance(r.get(k), str)]
         if missing:
             what = (" (this is OmniSQL's processed file, input_seq/output_seq; SkyRL-SQL's "
                     "evaluation files are NovaSky-AI/SkyRL-SQL-eval)" if "input_seq" in r
                     else "")
-            raise ValueError(f"{path}: row {i} has no {' or '.join(missing)}{what}")
+            raise UsageError(f"{path}: row {i} has no {' or '.join(missing)}{what}")
     if len(rows) == len(tasks):
         pairs = list(zip(tasks, rows, strict=True))
     elif len(rows) > len(tasks):
@@ -199,17 +199,17 @@ def _with_skyrl_eval(tasks: list[Task], path: Path) -> list[Task]:
             while j < len(rows) and _norm(rows[j]["question"]) != _norm(t.prompt):
                 j += 1
             if j == len(rows):
-                raise ValueError(f"{path}: no row for task {t.id} ({t.prompt!r}) in order; "
+                raise UsageError(f"{path}: no row for task {t.id} ({t.prompt!r}) in order; "
                                  "is it the evaluation file of this release and split?")
             pairs.append((t, rows[j]))
             j += 1
     else:
-        raise ValueError(f"{path} has {len(rows)} questions, the release {len(tasks)}: not "
+        raise UsageError(f"{path} has {len(rows)} questions, the release {len(tasks)}: not "
                          "its evaluation file (pass skyrl_eval=False to use none)")
     out = []
     for t, r in pairs:
         if r.get("db_id") not in (None, t.meta["db_id"]):
-            raise ValueError(f"{path}: the row for task {t.id} is about database "
+            raise UsageError(f"{path}: the row for task {t.id} is about database "
                              f"{r['db_id']!r}, the release's question about {t.meta['db_id']!r}")
         question = r["question"]
         knowledge = str(r.get("external_knowledge") or "").strip()

@@ -100,7 +100,7 @@ def iter_json_values(path: Path) -> Iterator[Any]:
                 value, end = decoder.raw_decode(buf, pos)
             except json.JSONDecodeError as e:
                 if eof:
-                    raise ValueError(f"{path}: not valid JSON near character {e.pos}") from None
+                    raise UsageError(f"{path}: not valid JSON near character {e.pos}") from None
                 more = f.read(_CHUNK)
                 eof = not more
                 buf, pos = buf[pos:] + more, 0
@@ -126,4 +126,4 @@ def _gold(ex: dict[str, Any], i: int) -> str:
     blocks = _SQL_BLOCK.findall(str(ex.get("cot") or ""))
     if blocks:
         return blocks[-1].strip()
-    raise ValueError(f"SynSQL question {i} has neither 'sql' nor a ```sql block in 'cot'")
+    raise UsageError(f"SynSQL question {i} has neither 'sql' nor a ```sql block in 'cot'")
