@@ -1,5 +1,5 @@
-"""Files in the layouts the SQL datasets ship in, written from a few rows: shared by the SQL
-family's dataset, upstream-format and suite tests, and the bundled Spider subset's databases."""
+"""Shared by the SQL family's tests: files in the layouts the SQL datasets ship in, written
+from a few rows; the bundled Spider subset's databases; an episode started on one of them."""
 
 from __future__ import annotations
 
@@ -34,3 +34,11 @@ def write_json(path: Path, data: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
     return path
+
+
+def start(env: Any, db: str = "pets_1") -> str:
+    """Reset `env` (an SQLEnv) onto its first task on database `db`; the first observation."""
+    task = next(t for t in env.tasks if t.meta["db_id"] == db)
+    obs, info = env.reset(options={"task_id": task.id})
+    assert info["db_id"] == db
+    return obs

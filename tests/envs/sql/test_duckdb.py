@@ -7,6 +7,7 @@ import hashlib
 import json
 import shutil
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,9 @@ from skyhub.envs.sql.datasets.spider import BUNDLED_DIR
 from skyhub.envs.sql.engines import duckdb as engine_mod
 from skyhub.envs.sql.engines.duckdb import DuckDBEngine, duck_type, ensure_copy
 from skyhub.envs.sql.env import SQLEnv
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from sql_files import start
 
 THINK = "<think>checking</think>"
 
@@ -36,13 +40,6 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def env() -> Iterator[SQLEnv]:
     with skyhub.make("sql-spider", engine="duckdb", query_timeout_s=1.0) as e:
         yield e  # type: ignore[misc]
-
-
-def start(env: SQLEnv, db: str = "pets_1") -> str:
-    task = next(t for t in env.tasks if t.meta["db_id"] == db)
-    obs, info = env.reset(options={"task_id": task.id})
-    assert info["db_id"] == db
-    return obs
 
 
 def ask(env: SQLEnv, sql: str) -> tuple[str, dict]:

@@ -30,7 +30,7 @@ from skyhub.envs.sql.reward import has_order_by, spider_exec_match
 from skyhub.errors import SandboxUnavailable
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
-from sql_files import spider_db
+from sql_files import spider_db, start
 
 pytestmark = pytest.mark.postgres
 
@@ -48,11 +48,6 @@ def engine(postgres_dsn: str) -> Iterator[PostgresEngine]:
 def env(postgres_dsn: str) -> Iterator[SQLEnv]:
     with skyhub.make("sql-spider", engine="postgres", dsn=postgres_dsn, query_timeout_s=1.0) as e:
         yield e  # type: ignore[misc]
-
-
-def start(env: SQLEnv, db: str = "concert_singer") -> str:
-    task = next(t for t in env.tasks if t.meta["db_id"] == db)
-    return env.reset(options={"task_id": task.id})[0]
 
 
 def sqlite_counts(path: Path) -> dict[str, int]:
@@ -91,7 +86,7 @@ def drop_template(admin: psycopg.Connection, name: str) -> None:
 
 # ---------------------------------------------------------------------------- episodes
 def test_episode_end_to_end(env: SQLEnv) -> None:
-    obs = start(env)
+    obs = start(env, "concert_singer")
     assert "PostgreSQL" in obs and "CREATE TABLE" in obs
     obs, r, term, _, info = env.step(f"{THINK}<sql>SELECT count(*) FROM Singer</sql>")
     assert "6" in obs and not info["sql_error"] and (r, term) == (0.0, False)
@@ -102,7 +97,7 @@ def test_episode_end_to_end(env: SQLEnv) -> None:
 def test_writes_are_refused_and_the_next_episode_sees_the_original(postgres_dsn: str) -> None:
     env = skyhub.make("sql-spider", engine="postgres", dsn=postgres_dsn, max_turns=20)
     assert isinstance(env, SQLEnv)
-    start(env)
+    start(env, "concert_singer")
     for stmt in ["DROP TABLE singer", "UPDATE singer SET age = 0", "DELETE FROM concert",
                  "INSERT INTO stadium (stadium_id) VALUES (99)", "TRUNCATE singer_in_concert",
                  "ALTER TABLE singer ADD COLUMN x int", "CREATE TABLE t (a int)"]:
@@ -114,7 +109,7 @@ def test_writes_are_refused_and_the_next_episode_sees_the_original(postgres_dsn:
     with psycopg.connect(engine.dsn, dbname=engine.database, autocommit=True) as con:
         con.execute("DELETE FROM singer; DROP TABLE stadium CASCADE")
     assert "Error:" in env.step(f"{THINK}<sql>SELECT * FROM stadium</sql>")[0]
-    start(env)
+    start(env, "concert_singer")
     assert pg_counts(engine, "concert_singer") == sqlite_counts(spider_db("concert_singer"))
     env.close()
 
@@ -179,7 +174,7 @@ def test_a_huge_result_is_cut_at_max_rows(engine: PostgresEngine) -> None:
 
 @pytest.mark.parametrize("text", ["SELECT '\udcff'", "SELECT 'a\x00b'", "SELECT 1; SELECT 2"])
 def test_malformed_text_gives_an_error_observation(env: SQLEnv, text: str) -> None:
-    start(env)
+    start(env, "concert_singer")
     obs, _, term, _, info = env.step(f"{THINK}<sql>{text}</sql>")
     assert "Error:" in obs and info["sql_error"] and not term
 

@@ -4,12 +4,17 @@ change the canonical database."""
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import skyhub
 from skyhub.envs.sql.env import SQLEnv
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from sql_files import start
 
 THINK = "<think>checking</think>"
 
@@ -18,13 +23,6 @@ THINK = "<think>checking</think>"
 def env() -> Iterator[SQLEnv]:
     with skyhub.make("sql-spider", query_timeout_s=1.0) as e:
         yield e  # type: ignore[misc]
-
-
-def start(env: SQLEnv, db: str = "pets_1") -> str:
-    task = next(t for t in env.tasks if t.meta["db_id"] == db)
-    obs, info = env.reset(options={"task_id": task.id})
-    assert info["db_id"] == db
-    return obs
 
 
 def db_hashes(env: SQLEnv) -> dict[str, str]:
