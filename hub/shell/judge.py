@@ -34,7 +34,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from skyhub.errors import InfraError
+from skyhub.errors import InfraError, UsageError
 from skyhub.sandbox.base import ExecResult, Sandbox
 from skyhub.sandbox.guest.procs import Capped
 
@@ -77,7 +77,7 @@ def run_verifier(sb: Sandbox, argv: list[str], *, timeout: float,
     same uid cannot write its memory."""
     if undumpable:
         if not argv or argv[0] != "bash":
-            raise ValueError(f"undumpable=True runs bash: argv must start with 'bash', got "
+            raise UsageError(f"undumpable=True runs bash: argv must start with 'bash', got "
                              f"{argv[:1]!r}")
         argv = ["bash", "-c", UNDUMPABLE_BASH, "bash", *argv[1:]]
     full_env = {**VERIFIER_ENV, **(env or {})}
