@@ -8,7 +8,6 @@ import contextlib
 import importlib
 import json
 import os
-import stat
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from skyhub.sandbox.local import LocalSandbox
 from skyhub.sandbox.pipe_channel import DEFAULT_MAX_FRAME, PipeChannel, PipeStream
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from host_canary import make_canary
 from proc_helpers import processes_with, unique_seconds
 
 pytestmark = pytest.mark.hostile
@@ -96,33 +96,13 @@ while True:
 """
 
 
-def host_canary(host: Path) -> Callable[[], dict[str, tuple]]:
-    host.mkdir()
-    (host / "f").write_text("canary")
-    (host / "sub").mkdir()
-    (host / "sub" / "g").write_text("canary g")
-    os.chmod(host / "f", 0o640)
-    os.chmod(host, 0o751)
-
-    def state() -> dict[str, tuple]:
-        out = {}
-        for d, dirs, files in os.walk(host):
-            for p in [d, *(os.path.join(d, n) for n in dirs + files)]:
-                st = os.lstat(p)
-                data = Path(p).read_bytes() if stat.S_ISREG(st.st_mode) else None
-                out[p] = (st.st_mode, st.st_uid, st.st_gid, data)
-        return out
-
-    return state
-
-
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_racing_symlink_swapper_cannot_make_restore_touch_the_host(
         own_base: Path, make: Callable[..., LocalSandbox], tmp_path: Path, isolation: str
         ) -> None:
     """A process that outlives its exec keeps swapping `a` for a symlink to a host directory
     while the host restores (as `KernelSession.reset` does, without killing processes)."""
-    canary = host_canary(tmp_path / "host")
+    canary = make_canary(tmp_path / "host")
     before = canary()
     sb = make(isolation=isolation)
     sb.exec("mkdir -p a/sub && for i in $(seq 20); do echo snap > a/f$i; done && "
@@ -150,7 +130,7 @@ def test_a_racing_symlink_swapper_cannot_redirect_uploads_or_downloads(
     files along (before the fix, 3 in 200 downloads copied the host directory's files), an
     upload never writes or chowns anything outside the workdir. (Racing copies may fail: the
     sandbox is changing the very tree being copied.)"""
-    canary = host_canary(tmp_path / "host")
+    canary = make_canary(tmp_path / "host")
     before = canary()
     src = own_base / "src"
     (src / "sub").mkdir(parents=True)
