@@ -29,7 +29,7 @@ shared 2-core machine. With the file read back at once from the page cache, both
 copies through kernel-managed memory. (a) is the figure that counts, the whole sync as the
 trainer sees it; its gap was not broken down further. Caveat, in the file path's favour:
 nothing here waits for the disk; a slower disk, a cold cache or a model larger than the free
-page cache only make the file path slower (the issue measured ~36 s for a 7B model's 15 GB).
+page cache only make the file path slower (~36 s has been seen for a 7B model's 15 GB).
 
 vLLM lives in its own virtualenv (.venv-vllm). `run_weight_sync()` runs there: in this
 interpreter when vLLM imports, otherwise in `.venv-vllm/bin/python` as a subprocess (so

@@ -1,5 +1,5 @@
 """Who may call a local server, and how many may wait on it: the guards `skyhub serve` and
-`skyhub view` share (issue 28, findings 9 and 10).
+`skyhub view` share.
 
 Callers (`OriginGate`, an ASGI middleware):
 - `Host` must name this machine's loopback (`localhost`, `127.0.0.1`, `::1`, ...) or a name

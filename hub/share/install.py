@@ -1,7 +1,7 @@
 """Install env packages (`skyhub install NAME`) from a hub that `skyhub publish` wrote to (a
 directory hub) or from a PyPI-compatible index, and register their envs in this process.
 
-`--from HUB` means *only* HUB (issue 28, finding 8: dependency confusion). pip merges every
+`--from HUB` means *only* HUB (against dependency confusion). pip merges every
 source it is configured with (`pip.conf`'s `index-url`/`extra-index-url`/`find-links`,
 `PIP_EXTRA_INDEX_URL`, `PIP_FIND_LINKS`...) and takes the highest version it finds anywhere, so
 `--find-links HUB` alone let a same-named package of a higher version on another index win,

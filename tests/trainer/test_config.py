@@ -23,7 +23,8 @@ def test_sql_recipe_has_skyrl_sqls_published_hyperparameters() -> None:
         "grpo", 5, 1e-6)
     assert (cfg.optim.train_batch_size, cfg.optim.mini_batch_size, cfg.optim.grad_clip) == (
         256, 256, 0.5)
-    assert (cfg.env.kwargs["max_turns"], cfg.rollout.temperature, cfg.rollout.top_p) == (6, 0.6, 0.95)
+    assert (cfg.env.kwargs["max_turns"], cfg.rollout.temperature, cfg.rollout.top_p) == (
+        6, 0.6, 0.95)
     assert cfg.rollout.stop == ["</sql>", "</solution>"] and cfg.algo.kl_coef == 0.0
     assert (cfg.rollout.max_tokens_per_turn, cfg.rollout.max_input_tokens) == (3000, 29000)
     assert (cfg.loop.total_epochs, cfg.loop.eval_every, cfg.env.eval_id) == (30, 5, "sql-spider")
