@@ -159,7 +159,14 @@ def test_an_nss_module_forges_the_reward_under_harbor_isolation(
 @pytest.mark.parametrize("attack", ["racing-daemon", "replaced-bash"])
 def test_documented_forgeries_work_under_harbor_isolation(harbor: skyhub.TextEnv,
                                                           attack: str) -> None:
-    reward, info = play(harbor, "fix-config", *ATTACKS[attack])
+    """A racing daemon wins only if it is scheduled between the verifier's fresh
+    /logs/verifier and the read of the reward, so on a loaded machine an attacker (and this
+    test) may need another episode: up to three, at least one forged."""
+    tries = 3 if attack == "racing-daemon" else 1
+    for _ in range(tries):
+        reward, info = play(harbor, "fix-config", *ATTACKS[attack])
+        if forged(reward, info):
+            break
     assert forged(reward, info), info
 
 

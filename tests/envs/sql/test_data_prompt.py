@@ -162,7 +162,7 @@ def test_the_rollout_prompts_each_episode_with_its_own_system_prompt(
     venv = skyhub.make_vec("sql-skyrl653", 2, autoreset_mode="disabled", **skyrl653)
     try:
         engine = _OneAnswerEngine(GOLD_TURN.format(up.SOURCE_ROWS[1]["sql"]))
-        episodes = Rollout(venv, engine, chat, RolloutConfig(max_turns=6)).run(
+        episodes = Rollout(venv, engine, chat, RolloutConfig()).run(
             [task], group_size=2, seed=1)
     finally:
         venv.close()
