@@ -49,7 +49,6 @@ episode.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import posixpath
 import secrets
@@ -60,6 +59,7 @@ from typing import Any
 
 from skyhub.env import StepResult
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
+from skyhub.sandbox.extract import extract
 from skyhub.shell import judge
 from skyhub.shell.env import ShellEnv
 from skyhub.shell.session import ShellSession
@@ -67,7 +67,7 @@ from skyhub.shell.session import ShellSession
 from . import container, verifier
 from .image import task_image
 from .task import load_tasks, resolve_env
-from .verdict import MAX_LOGS_BYTES, VerdictPhases
+from .verdict import VerdictPhases, logs_archive
 from .verifier import REWARD_JSON, REWARD_TXT
 
 EXAMPLES = Path(__file__).parent / "data" / "examples"
@@ -304,22 +304,8 @@ class HarborEnv(VerdictPhases, ShellEnv):
         root = self.logs_dir or _default_logs_dir()
         dest = root / _slug(self.task.id) / f"{self._episodes:04d}-{secrets.token_hex(3)}"
         try:
-            stream, _ = sb.container.get_archive("/logs")
-            buf, size = io.BytesIO(), 0
-            for chunk in stream:
-                size += len(chunk)
-                if size > MAX_LOGS_BYTES:
-                    break
-                buf.write(chunk)
-            buf.seek(0)
-            dest.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(fileobj=buf, mode="r|") as tar:
-                for m in tar:
-                    if not (m.isreg() or m.isdir()) or not m.name.startswith("logs"):
-                        continue
-                    m.name = m.name[len("logs"):].lstrip("/") or "."
-                    with contextlib.suppress(tarfile.TarError, OSError):
-                        tar.extract(m, dest, filter="data")
+            data, _ = logs_archive(sb, "/logs")  # a cut archive keeps what came whole
+            extract(data, dest, prefix="logs")  # the no-follow extractor, never tarfile's
         except Exception:  # logs are for the user; the episode's result stands
             return dest if dest.is_dir() else None
         return dest

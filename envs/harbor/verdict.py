@@ -240,14 +240,9 @@ class VerdictPhases:
     def _carry_logs(src: Any, dest: Any) -> None:
         """/logs/verifier of the verifier's container into the agent's (bounded), where the
         episode's logs are saved from."""
-        stream, _ = src.container.get_archive("/logs/verifier")
-        buf, size = io.BytesIO(), 0
-        for chunk in stream:
-            size += len(chunk)
-            if size > MAX_LOGS_BYTES:
-                return
-            buf.write(chunk)
-        dest.container.put_archive("/logs", buf.getvalue())
+        data, whole = logs_archive(src, "/logs/verifier")
+        if whole:
+            dest.container.put_archive("/logs", data)
 
     def _run_separate(self) -> tuple[dict[str, float] | None, dict[str, Any]]:
         """The verifier in a container of its own (`[verifier] environment_mode =
@@ -416,4 +411,17 @@ def _renamed(data: bytes, old: str, new: str) -> bytes:
     return out.getvalue()
 
 
-__all__ = ["MAX_LOGS_BYTES", "OUTPUT_TAIL", "TEST_STDOUT", "VerdictPhases"]
+def logs_archive(sb: Any, path: str) -> tuple[bytes, bool]:
+    """Docker's tar of `path` in a sandbox's container, read up to `MAX_LOGS_BYTES`: (the
+    bytes read, whether that is the whole archive). The agent decides how much it wrote."""
+    stream, _ = sb.container.get_archive(path)
+    buf, size = io.BytesIO(), 0
+    for chunk in stream:
+        size += len(chunk)
+        if size > MAX_LOGS_BYTES:
+            return buf.getvalue(), False
+        buf.write(chunk)
+    return buf.getvalue(), True
+
+
+__all__ = ["MAX_LOGS_BYTES", "OUTPUT_TAIL", "TEST_STDOUT", "VerdictPhases", "logs_archive"]
