@@ -262,7 +262,7 @@ def trajectories_per_s(cls: type[Rollout], engine: Any, args: argparse.Namespace
     tasks = episodes // args.group
     fns = [lambda: SlowStepEnv(args.turns, tasks=tasks)] * envs
     with VectorEnv(fns, autoreset_mode="disabled") as venv:
-        cfg = RolloutConfig(max_turns=args.turns, max_tokens_per_turn=16, max_input_tokens=4096,
+        cfg = RolloutConfig(max_turns_cap=args.turns, max_tokens_per_turn=16, max_input_tokens=4096,
                             max_in_flight=max_in_flight)
         rollout = cls(venv, engine, FixedChat(), cfg)  # type: ignore[arg-type]
         t = time.perf_counter()
