@@ -34,8 +34,10 @@ _LAZY = {
     "Episode": "skyhub.chat",
     "to_messages": "skyhub.chat",
     "UnicodeText": "skyhub.spaces",
+    "ToolCall": "skyhub.tools",
+    "ToolResult": "skyhub.tools",
 }
-_LAZY_MODULES = {"tags", "chat", "registry", "vector", "spaces", "env",
+_LAZY_MODULES = {"tags", "tools", "chat", "registry", "vector", "spaces", "env",
                  "sandbox", "envs", "trainer"}
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from skyhub.env import StepResult, TextEnv
     from skyhub.registry import EnvSpec, list_envs, register, spec
     from skyhub.spaces import UnicodeText
+    from skyhub.tools import ToolCall, ToolResult
     from skyhub.vector import VectorEnv, make_vec
 
 
@@ -90,6 +93,7 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY, *_LAZY_MODULES])
 
 
-__all__ = ["EnvSpec", "Episode", "StepResult", "Task", "TaskSet", "TextEnv", "UnicodeText",
+__all__ = ["EnvSpec", "Episode", "StepResult", "Task", "TaskSet", "TextEnv", "ToolCall",
+           "ToolResult", "UnicodeText",
            "VectorEnv", "__version__", "errors", "list_envs", "make", "make_vec", "register",
            "spec", "to_messages"]

@@ -17,24 +17,40 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-Message = dict[str, str]
+Message = dict[str, Any]
 
 
 def to_messages(system_prompt: str | None, first_observation: str,
-                turns: Sequence[tuple[str, str]] = (), *,
-                observation_role: str = "user") -> list[Message]:
+                turns: Sequence[tuple[Any, str]] = (), *,
+                observation_role: str = "user",
+                tool_results: Sequence[Sequence[dict[str, Any]] | None] = ()
+                ) -> list[Message]:
     """Chat messages for an episode.
 
     `turns` are (action, observation) pairs. Observations become `observation_role` messages
     (`user` by default since most chat templates know no `tool`/`environment` role without a
     tool call id). The empty observation that ends an episode adds no message.
+
+    A structured action (tool calls: `skyhub.tools.as_tool_turn`) becomes an assistant message
+    with `tool_calls`, and its turn's `tool_results` (the step's `info["tool_results"]`, the
+    same position in `tool_results`) become `role: "tool"` messages instead of the observation.
     """
+    from skyhub.tools import ToolResult, as_tool_turn
+
     messages: list[Message] = []
     if system_prompt:
         messages.append({"role": "system", "content": system_prompt})
     messages.append({"role": "user", "content": first_observation})
-    for action, observation in turns:
-        messages.append({"role": "assistant", "content": action})
+    for k, (action, observation) in enumerate(turns):
+        turn = as_tool_turn(action)
+        results = tool_results[k] if k < len(tool_results) else None
+        if turn is not None and turn[1]:
+            content, calls = turn
+            messages.append({"role": "assistant", "content": content,
+                             "tool_calls": [c.to_openai() for c in calls]})
+            messages += [ToolResult.message(r) for r in results or ()]
+            continue
+        messages.append({"role": "assistant", "content": action if turn is None else turn[0]})
         if observation:
             messages.append({"role": observation_role, "content": observation})
     return messages
@@ -64,7 +80,7 @@ class Episode:
     task_id: str | None
     system_prompt: str | None
     first_observation: str
-    actions: list[str] = field(default_factory=list)
+    actions: list[Any] = field(default_factory=list)  # text, or tool calls (skyhub.tools)
     observations: list[str] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     infos: list[dict[str, Any]] = field(default_factory=list)
@@ -123,7 +139,8 @@ class Episode:
     def messages(self, *, observation_role: str = "user") -> list[Message]:
         return to_messages(self.system_prompt, self.first_observation,
                            list(zip(self.actions, self.observations, strict=True)),
-                           observation_role=observation_role)
+                           observation_role=observation_role,
+                           tool_results=[i.get("tool_results") for i in self.infos])
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable record (infos are kept as given; keep them JSON-friendly)."""

@@ -52,10 +52,21 @@ so an agent must never be able to choose it:
   remote server, a bug of ours (a reference answer that fails).
 `make_info(..., sandbox_broken=True)` records the first kind.
 
+Tool calls. An env may declare `tools` (OpenAI function schemas); `step` then also takes
+structured calls (a `skyhub.ToolCall`, a list of them, an OpenAI assistant message), which
+`step_tools` plays through the text protocol (`tool_action` maps a call to a text action), so a
+tool episode gets the same verdict as a text one; results come back in `info["tool_results"]`
+(rules: `skyhub.tools.play_tool_turn`). `protocol="tools"` makes a family's system prompt
+describe its tools instead of its tags.
+
 What a run records about a task, besides the transcript (each line of episodes.jsonl, eval
 and training alike): `display_question()`, the task text to show a person (SQL: the question,
 not the schema), and `expected_answer()`, what a correct answer is (SQL: the gold query and
 its first rows), which no agent ever sees; `expected_secret = True` keeps it out of records.
+
+Over ~400 lines, for a reason: this is the whole contract an env author reads, in one
+place (the base class and its documented helpers); the tool-turn and record logic live in
+`skyhub.tools` and `skyhub.chat`.
 
 Threads: a `VectorEnv` never calls one env concurrently, but may call it from different
 threads (its dispatch thread, or the caller's for very fast steps). Don't bind resources to
@@ -75,6 +86,7 @@ import gymnasium
 from skyhub.errors import UsageError
 from skyhub.spaces import UnicodeText
 from skyhub.task import Task
+from skyhub.tools import ToolCall, as_tool_turn, play_tool_turn
 
 OUTCOMES = ("running", "success", "failure", "error")
 """Values of `info["outcome"]`: `error` means the episode ended because something broke."""
@@ -87,6 +99,18 @@ StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 EXPECTED_TEXT_MAX = 2000
 """Characters of a long text (a reference program, a solution script) that an episode record
 keeps of it: enough to judge by eye, small enough for thousands of records."""
+
+
+PROTOCOLS = ("tags", "tools")
+
+
+def check_protocol(protocol: str) -> str:
+    """A family's `protocol=` kwarg, checked: "tags" (its text protocol) or "tools"."""
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}: "
+                         "'tags' describes the family's text protocol in the system prompt, "
+                         "'tools' its native tool calls (env.tools)")
+    return protocol
 
 
 def clip_text(text: str, limit: int = EXPECTED_TEXT_MAX) -> str:
@@ -121,6 +145,15 @@ class TextEnv(gymnasium.Env[str, str]):
     #: True when what a correct answer is must stay inside the env (a benchmark whose answers
     #: are private): runs then record `"expected": null` (see `expected_answer`).
     expected_secret: bool = False
+
+    #: The env's tools as OpenAI function schemas (`skyhub.tools.function_tool`), or None for
+    #: an env that takes text only. With tools, `step` also takes structured calls
+    #: (`step_tools` says how); families keep their text protocol beside them.
+    tools: list[dict[str, Any]] | None = None
+
+    #: Which protocol the system prompt describes: "tags" (the family's text protocol) or
+    #: "tools" (native tool calls). Both are accepted in `step` whatever it is.
+    protocol: str = "tags"
 
     #: Regexes of what legitimately differs between two plays of the same episode (timings,
     #: ports, temp paths, memory addresses): `skyhub replay` and `skyhub check`'s replay
@@ -256,6 +289,36 @@ class TextEnv(gymnasium.Env[str, str]):
         the env has no reference. Used by the `oracle` agent and by `skyhub check`."""
         return None
 
+    # ------------------------------------------------------------------ tool calls
+    def tool_action(self, name: str, arguments: dict[str, Any]) -> str:
+        """The text-protocol action that does what a valid call of tool `name` asks (SQL:
+        `execute_sql` -> `<sql>...</sql>`), so that a tool episode is scored by exactly the
+        rules of a text one. Families that declare `tools` implement it, or override
+        `step_tools` where calls are not text actions."""
+        raise NotImplementedError(f"{type(self).__name__} declares tools but no tool_action")
+
+    def tool_content(self, name: str, observation: str) -> str:
+        """A tool result's content from the observation its text action got (default: the
+        observation; a family strips its protocol's wrapping, e.g. `<observation>` tags)."""
+        return observation
+
+    #: The text action that a malformed call is played as (the family's rules for a
+    #: malformed turn then apply: its turn count, its format penalty, its end of budget).
+    malformed_tool_action: str = ""
+
+    def step_tools(self, content: str, calls: list[ToolCall]) -> StepResult:
+        """One assistant turn of structured calls: what `step` does with a `ToolCall`, a list
+        of them, or an assistant message. By default each call is played as one text turn
+        (`tool_action`), so it counts against `max_turns` and is scored by the text protocol's
+        rules; `skyhub.tools.play_tool_turn` states the rules. Override it where calls are not
+        text actions (a remote env sends them to its server)."""
+        return play_tool_turn(self, content, calls)
+
+    def reference_tool_calls(self) -> list[ToolCall] | None:
+        """`reference_action` as tool calls (what the `oracle` agent sends with `--tools`), or
+        None when the env has no reference or no tools."""
+        return None
+
     # ------------------------------------------------------------------ what a run records
     def display_question(self) -> str | None:
         """The current task's text to show a person next to an episode (`skyhub view`'s task
@@ -346,6 +409,19 @@ class TextEnv(gymnasium.Env[str, str]):
 
             close._skyhub_idempotent = True  # type: ignore[attr-defined]
             cls.close = close  # type: ignore[method-assign]
+        own_step = cls.__dict__.get("step")
+        if own_step is not None and not getattr(own_step, "_skyhub_tool_calls", False):
+            # structured tool calls go to `step_tools`, which plays them as text actions
+            @functools.wraps(own_step)
+            def step(self: TextEnv, action: Any) -> StepResult:
+                if not isinstance(action, str):
+                    turn = as_tool_turn(action)
+                    if turn is not None:
+                        return self.step_tools(*turn)
+                return own_step(self, action)
+
+            step._skyhub_tool_calls = True  # type: ignore[attr-defined]
+            cls.step = step  # type: ignore[method-assign]
 
     def __del__(self) -> None:
         # Best effort: envs hold connections, kernels and containers.

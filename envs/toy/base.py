@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from skyhub.env import StepResult, TextEnv
+from skyhub.env import StepResult, TextEnv, check_protocol
 
 from .tasks import load_tasks
 
@@ -26,9 +26,10 @@ class ToyEnv(TextEnv):
     kind = ""
 
     def __init__(self, *, max_turns: int = 1, split: str = "train", n_tasks: int = 1000,
-                 seed: int = 0, tasks_file: str | Path | None = None,
+                 seed: int = 0, tasks_file: str | Path | None = None, protocol: str = "tags",
                  **task_options: int) -> None:
         super().__init__(max_turns=max_turns)  # ValueError below 1
+        self.protocol = check_protocol(protocol)
         self.tasks = load_tasks(self.kind, split=split, tasks_file=tasks_file, n=n_tasks,
                                 seed=seed, **task_options)
         self._format_errors = 0

@@ -14,6 +14,7 @@ from typing import Any
 from skyhub.env import StepResult
 from skyhub.errors import UsageError
 from skyhub.tags import extract, first_of
+from skyhub.tools import ToolCall, function_tool
 
 from .base import ToyEnv
 
@@ -22,6 +23,22 @@ __all__ = ["ArithEnv", "LookupEnv"]
 ARITH_PROMPT = (
     "Answer the arithmetic question. Think if you like, then give the final integer inside "
     "<answer>...</answer>, for example <answer>12</answer>."
+)
+
+ARITH_TOOLS_PROMPT = (
+    "Answer the arithmetic question. Think if you like, then call the `answer` tool with the "
+    "final integer."
+)
+
+ANSWER_TOOL = function_tool("answer", "Give your final answer; this ends the episode.",
+                            {"value": {"type": "string", "description": "The answer."}})
+LOOKUP_TOOL = function_tool("lookup", "Read the value stored under a key of the hidden table.",
+                            {"key": {"type": "string", "description": "The key, e.g. k123."}})
+
+LOOKUP_TOOLS_PROMPT = (
+    "You are answering a question about a table you cannot see. Call the `lookup` tool with a "
+    "key to read the value stored under it. When you know the value, call the `answer` tool "
+    "with it. You have {max_turns} turns (one per tool call)."
 )
 
 LOOKUP_PROMPT = (
@@ -35,8 +52,12 @@ class ArithEnv(ToyEnv):
     """"What is 17 + 25?" -> `<answer>42</answer>`. One turn unless `max_turns` says more."""
 
     kind = "arith"
-    system_prompt = ARITH_PROMPT
     stop_strings = ("</answer>",)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tools = [ANSWER_TOOL]
+        self.system_prompt = ARITH_TOOLS_PROMPT if self.protocol == "tools" else ARITH_PROMPT
 
     def step(self, action: str) -> StepResult:
         assert self.task is not None, "call reset() before step()"
@@ -50,6 +71,14 @@ class ArithEnv(ToyEnv):
     def reference_action(self) -> str | None:
         return None if self.task is None else f"<answer>{self.task.answer}</answer>"
 
+    def tool_action(self, name: str, arguments: dict[str, Any]) -> str:
+        return f"<answer>{arguments['value']}</answer>"
+
+    def reference_tool_calls(self) -> list[ToolCall] | None:
+        if self.task is None:
+            return None
+        return [ToolCall("call_answer", "answer", {"value": str(self.task.answer)})]
+
 
 class LookupEnv(ToyEnv):
     """The answer is in a hidden table: `<lookup>k123</lookup>` then `<answer>word</answer>`."""
@@ -62,7 +91,9 @@ class LookupEnv(ToyEnv):
             raise UsageError(f"toy-lookup needs max_turns >= 2 (one to look up, one to answer), "
                              f"got {max_turns}")
         super().__init__(max_turns=max_turns, **kwargs)
-        self.system_prompt = LOOKUP_PROMPT.format(max_turns=max_turns)
+        self.tools = [LOOKUP_TOOL, ANSWER_TOOL]
+        prompt = LOOKUP_TOOLS_PROMPT if self.protocol == "tools" else LOOKUP_PROMPT
+        self.system_prompt = prompt.format(max_turns=max_turns)
         self._looked_up: set[str] = set()
 
     def reset(self, *, seed: int | None = None,
@@ -95,3 +126,18 @@ class LookupEnv(ToyEnv):
         if key not in self._looked_up:
             return f"<lookup>{key}</lookup>"
         return f"<answer>{self.task.answer}</answer>"
+
+    def tool_action(self, name: str, arguments: dict[str, Any]) -> str:
+        tag = "lookup" if name == "lookup" else "answer"
+        return f"<{tag}>{arguments['key' if tag == 'lookup' else 'value']}</{tag}>"
+
+    def tool_content(self, name: str, observation: str) -> str:
+        return observation.replace("<result>", "").replace("</result>", "")
+
+    def reference_tool_calls(self) -> list[ToolCall] | None:
+        if self.task is None:
+            return None
+        key = self.task.meta["key"]
+        if key not in self._looked_up:
+            return [ToolCall(f"call_{self.turn}", "lookup", {"key": key})]
+        return [ToolCall(f"call_{self.turn}", "answer", {"value": str(self.task.answer)})]

@@ -21,6 +21,7 @@ from typing import Any
 
 from skyhub.env import StepResult
 from skyhub.errors import UsageError
+from skyhub.tools import ToolCall, function_tool
 
 from .base import ToyEnv
 
@@ -33,8 +34,13 @@ RECALL_PROMPTS = {
 }
 
 
+REPLY_TOOL = function_tool("reply", "Reply with one word.",
+                           {"word": {"type": "string", "description": "The word."}})
+
+
 class RecallEnv(ToyEnv):
-    """One bare word per reply; with `hops=2` the word is only in the env's reply."""
+    """One bare word per reply; with `hops=2` the word is only in the env's reply. With
+    `protocol="tools"` each reply is a call of the `reply` tool (`{"word": ...}`)."""
 
     kind = "recall"
 
@@ -49,7 +55,12 @@ class RecallEnv(ToyEnv):
         super().__init__(max_turns=hops if max_turns is None else max_turns, **options,
                          **kwargs)
         self.hops, self.name_key = hops, name_key
+        self.tools = [REPLY_TOOL]
         self.system_prompt = RECALL_PROMPTS[hops if name_key or hops == 1 else "ask"]
+        if self.protocol == "tools":
+            self.system_prompt = self.system_prompt.replace(
+                "Reply with", "Call the `reply` tool with").replace(
+                "reply with", "call it with").replace(", and nothing else", "")
         if hops == 2:  # the same tasks carry a key and a table; only the prompt changes
             self.tasks = type(self.tasks)([
                 type(t)(id=t.id, prompt=f"key: {t.meta['key']}", answer=t.answer, meta=t.meta)
@@ -83,3 +94,10 @@ class RecallEnv(ToyEnv):
         if self.hops == 2 and self._read != self.task.meta["key"]:
             return self.task.meta["key"]
         return str(self.task.answer)
+
+    def tool_action(self, name: str, arguments: dict[str, Any]) -> str:
+        return str(arguments["word"])
+
+    def reference_tool_calls(self) -> list[ToolCall] | None:
+        word = self.reference_action()
+        return None if word is None else [ToolCall(f"call_{self.turn}", "reply", {"word": word})]
