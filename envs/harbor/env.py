@@ -116,8 +116,10 @@ class HarborEnv(VerdictPhases, ShellEnv):
     kept), `verifier_paths` (under `isolation="training"`: more directories the tests read
     the agent's results from, besides the workdir and artifacts; never a system tree),
     `save_final_state` (a folder: each episode's changed data roots and verdict are saved
-    there for `skyhub harbor reverify`, reverify.py; the episode's info names them).
-    Docker only: a Harbor task is its Docker image."""
+    there for `skyhub harbor reverify`, reverify.py; the episode's info names them),
+    `protocol` ("tags" or "tools": the system prompt describes `<bash>`/`<done/>` or the
+    `bash`/`done` tools; both are accepted in `step`). Docker only: a Harbor task is its
+    Docker image."""
 
     # the oracle's one-time token (reference_action) differs between two plays
     replay_ignore = (r"# skyhub oracle [0-9a-f]{16}",)
@@ -131,7 +133,7 @@ class HarborEnv(VerdictPhases, ShellEnv):
                  verifier_paths: list[str] | tuple[str, ...] = (),
                  registry: str | Path | None = None, include: str | list[str] | None = None,
                  exclude: str | list[str] | None = None,
-                 save_final_state: str | Path | None = None) -> None:
+                 save_final_state: str | Path | None = None, protocol: str = "tags") -> None:
         if data_dir is None:
             raise UsageError("harbor needs data_dir= a Harbor task directory (task.toml, "
                              "instruction.md, environment/, tests/) or a dataset of them; "
@@ -150,7 +152,8 @@ class HarborEnv(VerdictPhases, ShellEnv):
                                        exclude=exclude)
         super().__init__(tasks=tasks, backend="docker", max_turns=max_turns,
                          command_timeout_s=command_timeout_s, max_output=max_output,
-                         max_tool_calls=max_tool_calls, turn_timeout_s=turn_timeout_s)
+                         max_tool_calls=max_tool_calls, turn_timeout_s=turn_timeout_s,
+                         protocol=protocol)
         self.isolation, self.reward_key, self.allowlist = isolation, reward_key, allowlist
         self.reward_rule = (rewards.check_rule(reward_rule, where="reward_rule=")
                             if reward_rule is not None else rewards.declared_rule(data_dir))

@@ -35,6 +35,8 @@ class CodeEnv(KernelEnv):
     """
 
     prompt_template = protocol.CODE_SYSTEM_PROMPT
+    tools_prompt_template = protocol.CODE_TOOLS_SYSTEM_PROMPT
+    submit_tool = protocol.SUBMIT_PROGRAM_TOOL
 
     def __init__(self, *, data_dir: str | Path | None = None, split: str | None = None,
                  test_timeout_s: float = 10.0, partial_credit: bool = False,

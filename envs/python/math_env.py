@@ -28,6 +28,8 @@ class MathEnv(KernelEnv):
     boxed_answers = True
     malformed = protocol.MALFORMED_MATH
     prompt_template = protocol.MATH_SYSTEM_PROMPT
+    tools_prompt_template = protocol.MATH_TOOLS_SYSTEM_PROMPT
+    submit_tool = protocol.SUBMIT_ANSWER_TOOL
 
     def __init__(self, *, data_dir: str | Path | None = None, split: str | None = None,
                  grade_timeout_s: float = 10.0, **kwargs: Any) -> None:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from skyhub.tags import find_code_block, find_tag
+from skyhub.tools import function_tool
 
 CODE_SYSTEM_PROMPT = (
     "You solve programming tasks with a Python interpreter. To run code, write it inside "
@@ -32,11 +33,46 @@ MATH_SYSTEM_PROMPT = (
     "You have {max_turns} turns; each cell may run for {timeout:g} seconds."
 )
 
+CODE_TOOLS_SYSTEM_PROMPT = (
+    "You solve programming tasks with a Python interpreter. To run code, call the `run_code` "
+    "tool with {{\"code\": \"...\"}}; a stateful Jupyter kernel runs it and returns stdout, "
+    "stderr, the value of the last expression and any traceback. Variables, imports and files "
+    "persist between calls. Test your solution before submitting. When you are done, call the "
+    "`submit` tool with your complete final program (all imports and functions, no test code) "
+    "as {{\"program\": \"...\"}}; it is graded by hidden unit tests in a fresh interpreter "
+    "and ends the episode. Each tool call is one turn; you have {max_turns} turns and each "
+    "run may take {timeout:g} seconds."
+)
+
+MATH_TOOLS_SYSTEM_PROMPT = (
+    "You solve math problems and may use a Python interpreter. To run code, call the "
+    "`run_code` tool with {{\"code\": \"...\"}}; a stateful Jupyter kernel runs it (numpy "
+    "and sympy are available) and returns its output. Variables persist between calls. When "
+    "you know the answer, call the `submit` tool with {{\"answer\": \"...\"}}, in simplest "
+    "exact form; this ends the episode. Each tool call is one turn; you have {max_turns} turns "
+    "and each run may take {timeout:g} seconds."
+)
+
+RUN_CODE_TOOL = function_tool(
+    "run_code", "Run Python code in the persistent Jupyter kernel; returns stdout, stderr, the "
+    "value of the last expression and any traceback.",
+    {"code": {"type": "string", "description": "The Python code to run."}})
+SUBMIT_PROGRAM_TOOL = function_tool(
+    "submit", "Submit the final program; hidden unit tests grade it. Ends the episode.",
+    {"program": {"type": "string", "description": "The complete program: all imports and "
+                 "functions, no test code."}})
+SUBMIT_ANSWER_TOOL = function_tool(
+    "submit", "Submit the final answer; it is compared with the reference. Ends the episode.",
+    {"answer": {"type": "string", "description": "The final answer in simplest exact form, "
+                "e.g. 3/4 or 2*sqrt(2)."}})
+
 MALFORMED = (
     "Your turn had no code to run and no final answer. Run code with <python>...</python>, "
     "or finish with <answer>...</answer>."
 )
 MALFORMED_MATH = MALFORMED[:-1] + " or \\boxed{...}."
+MALFORMED_TOOLS = ("There was no code to run. Call `run_code` with the code to run, or "
+                   "`submit` when you are done.")
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*[{ ]")
 
@@ -91,5 +127,46 @@ def output(text: str) -> str:
     return f"<output>\n{text}\n</output>"
 
 
-__all__ = ["CODE_SYSTEM_PROMPT", "MALFORMED", "MALFORMED_MATH", "MATH_SYSTEM_PROMPT", "Turn",
-           "output", "parse", "program_from_answer"]
+class ToolAction(str):
+    """A tool call's text action: the text protocol's rendering of the call (`<python>` or
+    `<answer>`), carrying the `Turn` it stands for. The env runs `turn` rather than parsing the
+    text again, so code that holds `</python>` or `<answer>` in a string runs as sent; a call
+    with nothing to run has `turn` None, the text protocol's malformed turn."""
+
+    turn: Turn | None
+
+    def __new__(cls, text: str, turn: Turn | None) -> ToolAction:
+        action = super().__new__(cls, text)
+        action.turn = turn
+        return action
+
+
+def tool_action(name: str, arguments: dict[str, object]) -> ToolAction:
+    """The action of a valid `run_code` or `submit` call (`arguments` checked against the
+    tool's schema): the same `Turn` as its text (`<python>` cells lose a code fence, as
+    `parse` does)."""
+    if name == "run_code":
+        code = str(arguments["code"])
+        return ToolAction(f"<python>{code}</python>",
+                          Turn("python", _dedent_fence(code)) if code.strip() else None)
+    content = str(arguments.get("program", arguments.get("answer", "")))
+    return ToolAction(f"<answer>{content}</answer>", Turn("answer", content))
+
+
+def tool_content(observation: str) -> str:
+    """A tool result from a turn's observation: the kernel's output without the `<output>`
+    wrapping (then the turns-left note), a malformed turn told in terms of the tools."""
+    for text in (MALFORMED_MATH, MALFORMED):
+        if observation.startswith(text):
+            return MALFORMED_TOOLS + observation[len(text):]
+    head, tail = "<output>\n", "\n</output>"
+    end = observation.rfind(tail)
+    if not observation.startswith(head) or end < len(head):
+        return observation
+    return observation[len(head):end] + observation[end + len(tail):]
+
+
+__all__ = ["CODE_SYSTEM_PROMPT", "CODE_TOOLS_SYSTEM_PROMPT", "MALFORMED", "MALFORMED_MATH",
+           "MALFORMED_TOOLS", "MATH_SYSTEM_PROMPT", "MATH_TOOLS_SYSTEM_PROMPT", "RUN_CODE_TOOL",
+           "SUBMIT_ANSWER_TOOL", "SUBMIT_PROGRAM_TOOL", "ToolAction", "Turn", "output", "parse",
+           "program_from_answer", "tool_action", "tool_content"]

@@ -27,13 +27,16 @@ class TerminalEnv(ShellEnv):
     `backend` ("auto", "docker", "local"), `image` (docker; default skyhub's default image),
     `max_turns`, `command_timeout_s` (per command), `max_tool_calls` (commands per turn),
     `turn_timeout_s` (per turn, all its commands together; default twice `command_timeout_s`),
-    `max_output` (bytes kept per command), `cpus`, `memory_mb`."""
+    `max_output` (bytes kept per command), `cpus`, `memory_mb`, `protocol` ("tags" or
+    "tools": what the system prompt describes, `<bash>`/`<done/>` or the `bash`/`done`
+    tools; both are accepted in `step`)."""
 
     def __init__(self, *, synth: bool = False, seed: int = 0, n_tasks: int = 1000,
                  data_dir: str | Path | None = None, backend: str = "auto",
                  image: str | None = None, max_turns: int = 30, command_timeout_s: float = 30.0,
                  max_output: int = 16384, cpus: float = 1.0, memory_mb: int = 1024,
-                 max_tool_calls: int = MAX_TOOL_CALLS, turn_timeout_s: float | None = None) -> None:
+                 max_tool_calls: int = MAX_TOOL_CALLS, turn_timeout_s: float | None = None,
+                 protocol: str = "tags") -> None:
         if synth and data_dir is not None:
             raise UsageError("pass either synth=True (generated tasks) or data_dir=DIR, not both")
         super().__init__(tasks=_load_tasks(synth=synth, seed=seed, n_tasks=n_tasks,
@@ -41,7 +44,7 @@ class TerminalEnv(ShellEnv):
                          backend=backend, image=image, max_turns=max_turns,
                          command_timeout_s=command_timeout_s, max_output=max_output, cpus=cpus,
                          memory_mb=memory_mb, max_tool_calls=max_tool_calls,
-                         turn_timeout_s=turn_timeout_s)
+                         turn_timeout_s=turn_timeout_s, protocol=protocol)
 
     def expected_answer(self) -> dict[str, Any] | None:
         """What a run records as the expected answer: the task's solution script (`script`,

@@ -8,6 +8,10 @@ subclasses it, hands it its tasks and overrides the phases it runs differently (
     <bash>ls -la</bash>   -> <output>...</output> [exit 0] /work
     <done/>               -> the verifier runs in the same sandbox; exit status 0 = reward 1
 
+Tool calls (`skyhub.ToolCall`): `bash` is a turn of one command, `done` is `<done/>`
+(`protocol.tool_action`), scored by the same rules; `protocol="tools"` makes the system prompt
+describe them.
+
 One sandbox per env, reused: a reset restores its clean snapshot (files and processes), runs
 the task's setup script and starts a new shell. `max_turns` and the task's time budget
 (`meta["timeout_s"]`) also end the episode, and the verifier still decides: the work may be
@@ -33,8 +37,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from skyhub.env import StepResult, TextEnv
+from skyhub.env import StepResult, TextEnv, check_protocol
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
+from skyhub.tools import ToolCall
 
 from . import judge, protocol
 from .session import CommandResult, ShellSession
@@ -48,8 +53,19 @@ SYSTEM_PROMPT = (
     "most {max_tool_calls} commands, {turn_timeout:g} seconds in all. When the task is "
     "complete, write <done/>. You have {max_turns} turns."
 )
+TOOLS_SYSTEM_PROMPT = (
+    "You are working in a Linux shell (bash) to complete a task. Run commands by calling the "
+    "`bash` tool with {{\"command\": \"...\"}}; its result shows their output, exit status "
+    "and the working directory. The shell keeps its state (directory, variables, background "
+    "jobs) between calls; there is no network and no one to answer interactive prompts, so "
+    "use non-interactive commands. Each call may run for {timeout:g} seconds. When the task "
+    "is complete, call the `done` tool; the task is then checked. Each tool call is one turn; "
+    "you have {max_turns} turns."
+)
 MALFORMED = ("Your turn had no command. Run commands with <bash>...</bash>, or write <done/> "
              "when the task is complete.")
+MALFORMED_TOOLS = ("The command was empty. Call `bash` with a command to run, or `done` when "
+                   "the task is complete.")
 VERIFY_TIMEOUT_S = 120.0
 SETUP_TIMEOUT_S = 300.0
 MAX_TOOL_CALLS = 8
@@ -61,7 +77,9 @@ class ShellEnv(TextEnv):
     (docker; default skyhub's default image), `max_turns`, `command_timeout_s` (per command),
     `max_tool_calls` (commands per turn), `turn_timeout_s` (per turn, all its commands
     together; default twice `command_timeout_s`), `max_output` (bytes kept per command),
-    `cpus`, `memory_mb`."""
+    `cpus`, `memory_mb`, `protocol` ("tags": the system prompt describes `<bash>` and
+    `<done/>`; "tools": the `bash` and `done` tools, one call per turn). Both are accepted in
+    `step` either way, scored alike."""
 
     stop_strings = ("</bash>", "<done/>", "</tool_call>")
     #: The same actions as function-calling tools (see `protocol`), for chat templates.
@@ -71,8 +89,9 @@ class ShellEnv(TextEnv):
                  max_turns: int = 30, command_timeout_s: float = 30.0,
                  max_output: int = 16384, cpus: float = 1.0, memory_mb: int = 1024,
                  max_tool_calls: int = MAX_TOOL_CALLS,
-                 turn_timeout_s: float | None = None) -> None:
+                 turn_timeout_s: float | None = None, protocol: str = "tags") -> None:
         super().__init__()
+        self.protocol = check_protocol(protocol)
         if command_timeout_s <= 0:
             raise UsageError(f"command_timeout_s must be > 0 seconds, got {command_timeout_s}")
         if max_tool_calls < 1:
@@ -85,9 +104,13 @@ class ShellEnv(TextEnv):
         self.command_timeout, self.max_output = command_timeout_s, max_output
         self.max_tool_calls, self.turn_timeout = max_tool_calls, float(turn_timeout_s)
         self.cpus, self.memory_mb = cpus, memory_mb
-        self.system_prompt = SYSTEM_PROMPT.format(timeout=command_timeout_s, max_turns=max_turns,
-                                                  max_tool_calls=max_tool_calls,
-                                                  turn_timeout=self.turn_timeout)
+        if self.protocol == "tools":  # one command per turn
+            self.system_prompt = TOOLS_SYSTEM_PROMPT.format(
+                timeout=min(command_timeout_s, self.turn_timeout), max_turns=max_turns)
+        else:
+            self.system_prompt = SYSTEM_PROMPT.format(
+                timeout=command_timeout_s, max_turns=max_turns, max_tool_calls=max_tool_calls,
+                turn_timeout=self.turn_timeout)
         self._sandbox: Any = None
         self._clean: Any = None
         self._shell: ShellSession | None = None
@@ -293,6 +316,38 @@ class ShellEnv(TextEnv):
             return (f"<bash>(cd {self._sandbox.workdir} && bash <<'SKYHUB_SOLUTION'\n"
                     f"{self.task.answer}\nSKYHUB_SOLUTION\n)</bash>")
         return "<done/>"
+
+    # -- tool calls --------------------------------------------------------------------
+    def tool_action(self, name: str, arguments: dict[str, Any]) -> str:
+        """`bash` is a one-command turn, `done` is `<done/>` (`protocol.tool_action`: the text
+        reads back as exactly the call's command, whatever it holds)."""
+        return protocol.tool_action(name, arguments)
+
+    def tool_content(self, name: str, observation: str) -> str:
+        """The command's output without the `<output>` wrapping, then its status line (and
+        the turns-left note); an empty command told in terms of the tools."""
+        if observation.startswith(MALFORMED):
+            return MALFORMED_TOOLS + observation[len(MALFORMED):]
+        empty, head, tail = "<output></output>\n", "<output>\n", "\n</output>\n"
+        if observation.startswith(empty):
+            return observation[len(empty):]
+        end = observation.rfind(tail)
+        if observation.startswith(head) and end >= len(head) - 1:
+            return f"{observation[len(head):end]}\n{observation[end + len(tail):]}"
+        return observation
+
+    def reference_tool_calls(self) -> list[ToolCall] | None:
+        """`reference_action` as tool calls: the solution as one `bash` call, then (at the
+        next turn, as the text oracle does) `done`."""
+        action = self.reference_action()
+        if action is None:
+            return None
+        act = protocol.parse(action)
+        calls = [ToolCall(f"call_{self.turn + 1}_{i}", "bash", {"command": c})
+                 for i, c in enumerate(act.commands)]
+        if act.done or not calls:
+            calls.append(ToolCall(f"call_{self.turn + 1}_done", "done", {}))
+        return calls
 
     def close(self) -> None:
         if self._shell is not None:

@@ -7,7 +7,9 @@
 
 Tool calls follow the Hermes/Qwen chat templates (a JSON object in `<tool_call>` tags, as
 vLLM's tool parsers emit them); `arguments` may also be a JSON string, as in OpenAI's API.
-`TOOLS` is the matching function schema, for trainers that pass tools to the chat template.
+`TOOLS` is the matching function schema, for trainers that pass tools to the chat template;
+`tool_action` turns a structured call of them into a turn of this protocol that `parse` reads
+back exactly.
 """
 
 from __future__ import annotations
@@ -67,6 +69,21 @@ def _tool_call(text: str) -> tuple[str, str] | None:
     return None
 
 
+def tool_action(name: str, arguments: dict[str, object]) -> str:
+    """The text turn of a valid structured call of `TOOLS` (`skyhub.ToolCall`): `<done/>`, or
+    the command as `<bash>` where that reads back as exactly this one command, else as a
+    `<tool_call>` whose JSON has no `<` or `>` (escaped as `\\u003c`, `\\u003e`), so no
+    command (one holding `</bash>`, `</tool_call>` or `<done/>`) can end it early."""
+    if name == "done":
+        return "<done/>"
+    command = str(arguments.get("command", ""))
+    text = f"<bash>{command}</bash>"
+    if parse(text) == Action((command,), False):
+        return text
+    call = json.dumps({"name": "bash", "arguments": {"command": command}}, ensure_ascii=False)
+    return "<tool_call>" + call.replace("<", "\\u003c").replace(">", "\\u003e") + "</tool_call>"
+
+
 def parse(action: str) -> Action:
     """The commands and the done flag in a turn: tool calls when there are any, else the
     first `<bash>` block and a `<done/>` after it (a `<done/>` before the block means the
@@ -82,4 +99,4 @@ def parse(action: str) -> Action:
     return Action((), done is not None or find_tag(action, "done") is not None)
 
 
-__all__ = ["TOOLS", "Action", "parse"]
+__all__ = ["TOOLS", "Action", "parse", "tool_action"]
