@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 from skyhub_testenvs import SayEnv
 
 ALL_CHECKS = ["gymnasium", "spaces", "info", "malformed", "turns", "seeding", "reference",
-              "replay", "cleanup"]
+              "replay", "tools", "cleanup"]
 
 
 class RaisesOnMalformed(SayEnv):
@@ -458,7 +458,7 @@ def test_report_renders_as_a_table_with_a_row_per_check(register: Callable[..., 
     console = Console(width=200, record=True)
     console.print(table)
     text = console.export_text()
-    assert "FAIL" in text and "PASS" in text and "1 of 9 checks failed" in text
+    assert "FAIL" in text and "PASS" in text and "1 of 10 checks failed" in text
 
 
 def test_every_malformed_action_is_tried() -> None:

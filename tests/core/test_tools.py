@@ -283,3 +283,93 @@ def test_a_tool_episode_records_tool_messages_and_a_json_record() -> None:
     back = json.loads(json.dumps(record))
     assert back["messages"] == messages and back["reward"] == 1.0
     assert back["final_info"]["tool_results"][0]["name"] == "answer"
+
+
+# ------------------------------------------------------------------ skyhub check's tools check
+def test_skyhub_check_passes_toy_lookups_tools() -> None:
+    from skyhub.eval.checks import check_env
+
+    report = check_env("toy-lookup", env_kwargs={"protocol": "tools"}, episodes=2)
+    result = report["tools"]
+    assert result.passed, result.message
+    assert "lookup, answer" in result.message
+    assert "reference_tool_calls() scored as reference_action() on 2 seed(s)" in result.message
+
+
+def test_an_env_without_tools_passes_with_no_tools() -> None:
+    from skyhub.eval.tool_checks import check_tools
+
+    with skyhub.make("toy-arith") as env:
+        env.tools = None
+        notes: list[str] = []
+        assert check_tools(env, 0, 2, notes).startswith("no tools")
+
+
+def _lookup_variant(**overrides: Any) -> TextEnv:
+    """toy-lookup with one of its tool hooks replaced (a broken env to check)."""
+    from skyhub.envs.toy.env import LookupEnv
+
+    variant = type("Variant", (LookupEnv,), overrides)
+    return variant(protocol="tools")
+
+
+def _tools_check(env: TextEnv) -> Any:
+    from skyhub.eval.checks import CheckReport, _run
+    from skyhub.eval.tool_checks import check_tools
+
+    report = CheckReport("variant")
+    with env:
+        _run(report, "tools", check_tools, env, 0, 2)
+    return report["tools"]
+
+
+def test_the_check_fails_an_invalid_schema() -> None:
+    env = _lookup_variant()
+    env.tools = [function_tool("look up", "Look.", {"key": {"type": "strin"}}),
+                 {"type": "function", "function": {"name": "answer",
+                                                   "parameters": {"type": "array"}}}]
+    result = _tools_check(env)
+    assert not result.passed
+    assert "'look up' is not 1-64 letters" in result.message
+    assert "not a valid JSON schema at properties/key/type" in result.message
+    assert "tool 'answer': parameters must be a JSON schema with \"type\": \"object\"" \
+        in result.message
+
+
+def test_the_check_fails_a_tool_that_raises() -> None:
+    def tool_action(self: Any, name: str, arguments: dict[str, Any]) -> str:
+        raise RuntimeError("forgot the answer tool")
+
+    result = _tools_check(_lookup_variant(tool_action=tool_action))
+    assert not result.passed
+    assert "a call of 'lookup'" in result.message and "RuntimeError" in result.message
+
+
+def test_the_check_fails_a_tool_oracle_that_scores_otherwise() -> None:
+    def reference_tool_calls(self: Any) -> list[ToolCall]:
+        return [ToolCall("c", "answer", {"value": "not it"})]
+
+    result = _tools_check(_lookup_variant(reference_tool_calls=reference_tool_calls))
+    assert not result.passed
+    assert "the tool and text oracles must get the same verdict" in result.message
+
+
+def test_the_check_fails_results_that_lose_call_ids() -> None:
+    def step_tools(self: Any, content: str, calls: list[ToolCall]) -> Any:
+        obs, reward, terminated, truncated, info = self.step("<lookup>k1</lookup>")
+        return obs, reward, terminated, truncated, {**info, "tool_results": [
+            {"call_id": "?", "name": c.name, "content": obs} for c in calls]}
+
+    result = _tools_check(_lookup_variant(step_tools=step_tools))
+    assert not result.passed and "answer call ids ['?']" in result.message
+
+
+def test_arguments_made_from_a_schema_fit_it() -> None:
+    from skyhub.eval.tool_checks import sample_arguments
+
+    params = SEARCH["function"]["parameters"]
+    params = {**params, "required": list(params["properties"])}
+    args = sample_arguments(params)
+    assert args == {"query": "x", "k": 1, "mode": "bm25", "ids": [1], "score": 1.0}
+    assert check_value(params, args, "args") is None
+    assert sample_arguments({"type": ["null", "integer"], "minimum": 5}) == 6
