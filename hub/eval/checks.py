@@ -148,7 +148,8 @@ def check_env(env_or_id: TextEnv | str, *, env_kwargs: dict[str, Any] | None = N
     _run(report, "seeding", _check_seeding, env, seed, make_other)
     _run(report, "reference", _check_reference, env, seed, episodes)
     _run(report, "replay", _check_replay, env, seed)
-    _run(report, "tools", check_tools, env, seed, episodes)
+    _run(report, "tools", functools.partial(check_tools, describe=_describe), env, seed,
+         episodes)
     _run(report, "cleanup", _check_cleanup, env, baseline)
     return report
 

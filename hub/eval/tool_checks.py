@@ -167,10 +167,14 @@ def _play_reference(env: Any, seed: int, policy: Callable[[], Any]) -> tuple[flo
     return total, "did not end", MAX_STEPS
 
 
-def check_tools(env: Any, seed: int, episodes: int, notes: list[str]) -> str:
-    """The `tools` check (module docstring); "no tools" (a pass) for an env without any."""
-    from skyhub.eval.checks import _describe
+def _short(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:300]
 
+
+def check_tools(env: Any, seed: int, episodes: int, notes: list[str], *,
+                describe: Callable[[BaseException], str] = _short) -> str:
+    """The `tools` check (module docstring); "no tools" (a pass) for an env without any.
+    `describe` words an exception (`skyhub.eval.checks` passes its own, with the frame)."""
     tools = getattr(env, "tools", None)
     if tools is None:
         tools = getattr(env.unwrapped, "tools", None)
@@ -190,14 +194,14 @@ def check_tools(env: Any, seed: int, episodes: int, notes: list[str]) -> str:
                          f"fit it by skyhub's check ({check_call(call, tools)[1]}); not called")
             continue
         env.reset(seed=seed)
-        info = _step(env, [call], f"a call of {name!r} with {args}", _describe)[4]
+        info = _step(env, [call], f"a call of {name!r} with {args}", describe)[4]
         (result,) = _results(info, [call], f"a call of {name!r}")
         if result.get("error"):
             notes.append(f"tool {name!r}: a well-formed call ({args}) was answered as an error: "
                          f"{result['content'][:120]}")
     env.reset(seed=seed)
     bad = _malformed_calls(tools)
-    info = _step(env, bad, "a turn of malformed calls", _describe)[4]
+    info = _step(env, bad, "a turn of malformed calls", describe)[4]
     results = _results(info, bad, "a turn of malformed calls")
     unmarked = [r["call_id"] for r in results if not r.get("error")]
     if unmarked:
