@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skyhub.env import StepResult, TextEnv
+from skyhub.env import StepResult, TextEnv, check_protocol
 from skyhub.errors import InfraError, UsageError
 
-from . import protocol
+from . import protocol as proto
+from . import tools as calls
 from .qa import load_qa
 from .reward import exact_match, f1
 
 
-class SearchEnv(TextEnv):
+class SearchEnv(calls.SearchTools, TextEnv):
     """`<search>q</search>` shows the top-k passages; `<answer>a</answer>` is scored by EM.
 
     Kwargs: `data_dir` (a directory laid out as the bundled data: `corpus.jsonl` and
@@ -21,7 +22,9 @@ class SearchEnv(TextEnv):
     `qa` (JSONL/parquet); `index` (a directory from `skyhub search index build`), `retriever_url` (a
     Search-R1 retrieval server; then no local index is built), `topk`, `max_turns`, `split`,
     `index_backend` ("bm25s" or "tantivy"; the same one the `index` directory was built with),
-    `retriever_timeout_s` and `retries` (per retrieval server request).
+    `retriever_timeout_s` and `retries` (per retrieval server request), `protocol` ("tags",
+    the default: Search-R1's prompt; "tools": a prompt that describes the `search` and
+    `answer` tools, tools.py; tool calls are taken under either).
     The local index is built once per process and shared by all envs on the same corpus.
     """
 
@@ -31,8 +34,10 @@ class SearchEnv(TextEnv):
                  index: str | Path | None = None, qa: str | Path | None = None,
                  retriever_url: str | None = None, topk: int = 3, max_turns: int = 4,
                  split: str = "dev", index_backend: str = "bm25s", dataset: str | None = None,
-                 retriever_timeout_s: float = 10.0, retries: int = 3) -> None:
+                 retriever_timeout_s: float = 10.0, retries: int = 3,
+                 protocol: str = "tags") -> None:
         super().__init__()
+        self.protocol = check_protocol(protocol)
         if topk < 1:
             raise UsageError(f"topk must be >= 1, got {topk}")
         from .index import index_class
@@ -44,7 +49,9 @@ class SearchEnv(TextEnv):
             qa = qa if qa is not None else d / f"qa-{split}.jsonl"
         self.max_turns, self.topk = max_turns, topk
         self.tasks = load_qa(qa, split=split, dataset=dataset)
-        self.system_prompt = protocol.SYSTEM_PROMPT.format(max_turns=max_turns)
+        self.tools = calls.schemas()
+        prompt = calls.TOOLS_SYSTEM_PROMPT if self.protocol == "tools" else proto.SYSTEM_PROMPT
+        self.system_prompt = prompt.format(max_turns=max_turns)
         if retriever_url is not None:
             from .retriever import HTTPRetriever
 
@@ -75,12 +82,12 @@ class SearchEnv(TextEnv):
     def step(self, action: str) -> StepResult:
         assert self.task is not None, "call reset() before step()"
         self.next_turn()
-        m = protocol.parse(action)
+        m = proto.parse(action)
         if m is None:
             self._format_errors += 1
             if self.out_of_turns:
                 return self._out_of_turns()
-            return self._reply(protocol.MALFORMED, error="malformed turn")
+            return self._reply(proto.MALFORMED, error="malformed turn")
         if m.tag == "answer":
             answer = m.content.strip()
             gold = self.task.answer
@@ -98,7 +105,7 @@ class SearchEnv(TextEnv):
             return "", 0.0, True, False, info
         if self.out_of_turns:
             return self._out_of_turns({"query": query})
-        return self._reply(protocol.information(docs), query=query,
+        return self._reply(proto.information(docs), query=query,
                            doc_ids=[d["id"] for d in docs])
 
     def _reply(self, obs: str, **extra: Any) -> StepResult:

@@ -24,6 +24,9 @@ answers with a `<solution>`. Two protocols (`protocol=`), both SkyRL-SQL's:
   and PostgreSQL the official rules apply but for its `value` -> `1` substitution in the
   prediction (a placeholder of old Spider models that would break DuckDB's any_value).
 
+Tool calls (`execute_sql`, `submit_solution`; `protocol="tools"` describes them in the
+prompt) are played as the tag turns they stand for, under either protocol: tools.py.
+
 What the agent reads: a task that carries its data's own chat (`meta["prompt_messages"]`,
 SkyRL-SQL-653's `prompt`) starts with it verbatim, its system message as the episode's
 `system_prompt` (None without one) and its user message as the first observation
@@ -77,14 +80,15 @@ from skyhub.task import Task
 
 from . import protocol as proto
 from . import spider_eval
+from . import tools as calls
 from .datasets import load as load_dataset
 from .engines import make_engine
 from .engines.base import Engine, QueryResult, sqlite_schema
 from .reward import skyrl_match
+from .tools import SQLTools
 
 _schema = lru_cache(maxsize=512)(sqlite_schema)
 
-PROTOCOLS = ("skyrl-train", "skyrl-eval")
 REWARDS = ("skyrl", "spider_exec")
 DEFAULT_MAX_TURNS = {"skyrl-train": 6, "skyrl-eval": 5}
 #: the time limit of the solution's and the gold's queries: skyrl-gym scores with 30 s,
@@ -122,7 +126,7 @@ _FULL = 100_000  # rows fetched to score a result (Spider's largest gold result 
 EXPECTED_ROWS = 5
 
 
-class SQLEnv(TextEnv):
+class SQLEnv(SQLTools, TextEnv):
     """Text-to-SQL episodes.
 
     Args:
@@ -130,8 +134,11 @@ class SQLEnv(TextEnv):
         data_dir: where the dataset lives (else `$SKYHUB_DATA/<dataset>`, else bundled data).
         split: which questions (`dev`, `train`, ... per dataset).
         engine: `sqlite` (default), `duckdb` or `postgres` (`dsn=` or SKYHUB_POSTGRES_DSN).
-        protocol: `skyrl-train` (default: skyrl-gym's episode and reward) or `skyrl-eval`
-            (SkyRL-SQL's evaluation: tool rounds, a final answer, the last solution scored).
+        protocol: `skyrl-train` (default: skyrl-gym's episode and reward), `skyrl-eval`
+            (SkyRL-SQL's evaluation: tool rounds, a final answer, the last solution scored)
+            or `tools` (skyrl-train's episode and reward, a system prompt that describes the
+            `execute_sql` and `submit_solution` tools instead of the tags; `tags` is
+            skyrl-train). Tool calls are taken under every protocol (tools.py).
         reward: `skyrl` (set equality, -1 for a broken format; the default of skyrl-train)
             or `spider_exec` (Spider's official execution match; the default of skyrl-eval).
         max_turns: skyrl-train: turns per episode (6, as SkyRL-SQL trains with);
@@ -186,18 +193,20 @@ class SQLEnv(TextEnv):
                  dsn: str | None = None, result_cache: bool = True, data_prompt: bool = True,
                  **dataset_kwargs: Any) -> None:
         super().__init__()
-        if protocol not in PROTOCOLS:
-            raise UsageError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-        reward = reward or ("skyrl" if protocol == "skyrl-train" else "spider_exec")
+        rules, prompt = calls.split_protocol(protocol)  # UsageError naming the choices
+        reward = reward or ("skyrl" if rules == "skyrl-train" else "spider_exec")
         if reward not in REWARDS:
             raise UsageError(f"reward must be 'skyrl' or 'spider_exec', got {reward!r}")
-        max_turns = DEFAULT_MAX_TURNS[protocol] if max_turns is None else max_turns
+        max_turns = DEFAULT_MAX_TURNS[rules] if max_turns is None else max_turns
         self.max_turns = max_turns  # ValueError below 1 (TextEnv), before any data is read
         self.data = load_dataset(dataset, data_dir=data_dir, split=split, **dataset_kwargs)
         self.tasks = self.data.tasks
-        self.protocol, self.reward_kind = protocol, reward
+        # `protocol` is "tools" or the rules ("skyrl-train" for "tags"); `rules` the rules
+        self.rules, self.reward_kind = rules, reward
+        self.protocol = "tools" if prompt == "tools" else rules
+        self.tools = calls.schemas()
         self.max_rows, self.max_chars, self.example_rows = max_rows, max_chars, example_rows
-        self.solution_timeout_s = (SCORING_TIMEOUT_S[protocol] if solution_timeout_s is None
+        self.solution_timeout_s = (SCORING_TIMEOUT_S[rules] if solution_timeout_s is None
                                    else solution_timeout_s)
         engine_kwargs: dict[str, Any] = {"timeout_s": query_timeout_s}
         if engine == "postgres":
@@ -205,7 +214,8 @@ class SQLEnv(TextEnv):
         self.engine = make_engine(engine, **engine_kwargs)
         self._sqlite: Engine | None = None  # the canonical files, where the engine fails a gold
         # the system prompt of the episode: skyhub's, or the data's own (set by reset)
-        self.default_system_prompt = proto.SYSTEM_PROMPT.format(max_rows=max_rows)
+        self.default_system_prompt = (calls.TOOLS_SYSTEM_PROMPT if prompt == "tools" else
+                                      proto.SYSTEM_PROMPT).format(max_rows=max_rows)
         self.system_prompt: str | None = self.default_system_prompt
         self.data_prompt = data_prompt
         self.result_cache = result_cache
@@ -225,9 +235,13 @@ class SQLEnv(TextEnv):
         messages = task.meta.get("prompt_messages") if self.data_prompt else None
         if messages:
             self.system_prompt, obs = _data_chat(task, messages)
+            if self.protocol == "tools":  # the data's chat describes tags: skyhub's tools prompt
+                self.system_prompt = self.default_system_prompt
             return obs, self.make_info(db_id=db)
         self.system_prompt = self.default_system_prompt
-        if self.protocol == "skyrl-train":
+        if self.protocol == "tools":
+            budget = calls.TOOLS_BUDGET.format(n=self.max_turns)
+        elif self.rules == "skyrl-train":
             budget = f"You have {self.max_turns} turns."
         else:
             budget = (f"You have {self.max_turns} turns to run queries, then one more for the "
@@ -244,7 +258,7 @@ class SQLEnv(TextEnv):
         self.next_turn()
         action = action if isinstance(action, str) else str(action)
         self._actions.append(action)
-        if self.protocol == "skyrl-train":
+        if self.rules == "skyrl-train":
             if proto.ends_episode(action) or self.out_of_turns:
                 return self._finish()
         elif proto.last_solution(action) is not None or self.out_of_turns:
@@ -270,14 +284,14 @@ class SQLEnv(TextEnv):
     def turns_left(self) -> int | None:
         """Turns the agent may still take: skyrl-eval's `max_turns` counts tool rounds, and
         one more turn follows them for the final answer."""
-        extra = 1 if getattr(self, "protocol", None) == "skyrl-eval" else 0
+        extra = 1 if getattr(self, "rules", None) == "skyrl-eval" else 0
         return max(self.max_turns + extra - self.turn, 0)
 
     def _reminder(self) -> str:
         # The SQL protocol's own wording, not TextEnv.turns_left_note(): SkyRL-SQL's prompts
         # say "You have N turns" (and skyrl-eval counts queries, not turns); tests pin it.
         left = self.max_turns - self.turn
-        if self.protocol == "skyrl-eval":
+        if self.rules == "skyrl-eval":
             if left <= 0:
                 return ("No more queries will run: give your final SQL query in "
                         "<solution>...</solution> now.")
@@ -389,7 +403,7 @@ class SQLEnv(TextEnv):
     def _prediction(self) -> str | None:
         """The solution scored without format rules: the last `<solution>` of the final turn
         (skyrl-train), of all the agent's turns (skyrl-eval)."""
-        turns = self._actions[-1:] if self.protocol == "skyrl-train" else self._actions
+        turns = self._actions[-1:] if self.rules == "skyrl-train" else self._actions
         for a in reversed(turns):
             s = proto.last_solution(a)
             if s is not None:
@@ -400,12 +414,12 @@ class SQLEnv(TextEnv):
         assert self.task is not None
         db = self.task.meta["db_id"]
         last = self._actions[-1]
-        answered = (proto.ends_episode(last) if self.protocol == "skyrl-train"
+        answered = (proto.ends_episode(last) if self.rules == "skyrl-train"
                     else proto.last_solution(last) is not None)
         terminated, truncated = self.end_flags(task_ended=answered)  # hub/env.py's end rule
         # skyrl-eval has no format rule; skyrl-train reports SkyRL's verdict under either
         # reward (the format counts in the reward only with reward="skyrl")
-        check = proto.skyrl_format(self._actions) if self.protocol == "skyrl-train" else None
+        check = proto.skyrl_format(self._actions) if self.rules == "skyrl-train" else None
         violations = list(check.problems) if check is not None else []
         fmt = -1.0 if violations else 0.0
         if self.reward_kind == "skyrl" and check is not None:
