@@ -10,13 +10,19 @@ in the URL: a `?token=` is refused, and scrubbed from the server's logs). Reques
 each, in order:
 
     {"op": "open", "kwargs": {...}}         -> {"ok": true, "session", "env_id", "protocol",
-                                                "system_prompt", "stop_strings", "num_tasks"}
+                                                "system_prompt", "stop_strings", "num_tasks",
+                                                "tools", "env_protocol"}
     {"op": "reset", "seed": 3, "options": {"task_id": "t1"}}
                                             -> {"ok": true, "obs", "info", "task": {id, prompt,
                                                 meta}, "system_prompt", "question"}
     {"op": "step", "action": "..."}         -> {"ok": true, "obs", "reward", "terminated",
                                                 "truncated", "info"}
-    {"op": "call", "name": "reference_action"}   (or "task_record", or a readable
+    {"op": "step", "action": {"content": "", "tool_calls": [{"id", "type": "function",
+        "function": {"name", "arguments"}}]}}   a turn of tool calls (OpenAI entries), played
+                                            by the server's env; the same reply, its info
+                                            with "tool_results" by call id
+    {"op": "call", "name": "reference_action"}   (or "reference_tool_calls",
+                                            "task_record", or a readable
                                             attribute: system_prompt, stop_strings,
                                             max_turns) -> {"ok": true, "value"}
                                             (reference_action and task_record: only where

@@ -22,6 +22,10 @@ truncated and info (infos travel as JSON: tuples arrive as lists, numpy scalars 
   task the server refuses, a malformed request: `UsageError`) are raised as such. What the
   env raised on the server arrives as `InfraError` naming an incident id only (the server's
   log has the details: its text could tell a client about the server's files).
+- `tools` and `protocol` are the server env's; a turn of tool calls (`step(ToolCall(...))`,
+  a list, an assistant message) crosses the wire as OpenAI `tool_calls` entries and is
+  played by the server's env, so `info["tool_results"]` is what the local env would give.
+  `reference_tool_calls()` is gated like `reference_action()`.
 - One call at a time per env (a lock guards the socket), as for any env.
 """
 
@@ -38,10 +42,11 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from skyhub.env import TextEnv
+from skyhub.env import StepResult, TextEnv
 from skyhub.errors import InfraError, UsageError
 from skyhub.remote import wire
 from skyhub.task import Task
+from skyhub.tools import ToolCall
 
 CLOSE_TIMEOUT_S = 5.0
 
@@ -169,6 +174,10 @@ class RemoteEnv(TextEnv):
         self.system_prompt = reply.get("system_prompt")
         self.stop_strings = tuple(reply.get("stop_strings") or ())
         self.num_tasks: int = reply.get("num_tasks", 0)
+        #: the server env's tools (OpenAI function schemas) and protocol; None, "tags" from a
+        #: server that predates tool calls
+        self.tools = reply.get("tools")
+        self.protocol = reply.get("env_protocol") or "tags"
 
     def _handshake_refused(self, e: Any) -> Exception:
         """The server answered the WebSocket handshake with an HTTP error: a 403 is its
@@ -256,12 +265,34 @@ class RemoteEnv(TextEnv):
         self.turn = info.get("turn", 0) if isinstance(info, dict) else 0
         return reply["obs"], info
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> StepResult:
+        return self._step(action)
+
+    def _step(self, action: str | dict[str, Any]) -> StepResult:
+        """One `step` request: text, or a tool turn from `step_tools` (`{"content",
+        "tool_calls"}`: `wire.checked_action`)."""
         reply = self._request({"op": "step", "action": action}, "step")
         info = reply["info"]
         if isinstance(info, dict):
             self.turn = info.get("turn", self.turn)
         return reply["obs"], reply["reward"], reply["terminated"], reply["truncated"], info
+
+    def step_tools(self, content: str, calls: list[ToolCall]) -> StepResult:
+        """A turn of structured calls, sent as OpenAI `tool_calls` entries and played by the
+        server's env (its own `step_tools`), so a remote tool episode is scored exactly as a
+        local one; `info["tool_results"]` comes back by call id."""
+        return self._step({"content": content, "tool_calls": [c.to_openai() for c in calls]})
+
+    def reference_tool_calls(self) -> list[ToolCall] | None:
+        """The server env's `reference_tool_calls()`, where the server exposes the gold (as
+        `reference_action`)."""
+        if self.reference_exposed is False:
+            raise UsageError(f"remote {self.env_id} reference_tool_calls: skyhub server "
+                             f"{self.base_url}: {wire.REFERENCE_REFUSED}")
+        value = self._request({"op": "call", "name": "reference_tool_calls"},
+                              "reference_tool_calls")["value"]
+        return None if value is None else [ToolCall.from_openai(c, i)
+                                           for i, c in enumerate(value)]
 
     def reference_action(self) -> str | None:
         """The server env's reference action, where the server exposes it (`skyhub serve

@@ -259,7 +259,9 @@ class _Session:
         return {"session": self.id, "env_id": self.env_id, "protocol": wire.PROTOCOL_VERSION,
                 "system_prompt": env.system_prompt, "stop_strings": list(env.stop_strings),
                 "num_tasks": len(env.tasks), "description": spec.description,
-                "reference_action": self.hub.expose_reference}
+                "reference_action": self.hub.expose_reference,
+                "tools": getattr(env, "tools", None),
+                "env_protocol": getattr(env, "protocol", "tags")}
 
     async def _reset(self, req: dict[str, Any]) -> dict[str, Any]:
         seed, options = req.get("seed"), req.get("options")
@@ -329,9 +331,11 @@ class _Session:
                              "env; list them with the 'tasks' op (RemoteEnv.tasks)")
 
     async def _step(self, req: dict[str, Any]) -> dict[str, Any]:
-        action = req.get("action")
-        if not isinstance(action, str):
-            raise _ProtocolError("BadMessage", "'action' must be a string")
+        action = wire.checked_action(req.get("action"))
+        if action is None:
+            raise _ProtocolError("BadMessage", "'action' must be a string, or a tool turn "
+                                 '{"content": str, "tool_calls": [{"id", "type": "function", '
+                                 '"function": {"name", "arguments"}}, ...]}')
         assert self.env is not None
         obs, reward, terminated, truncated, info = await self.run(self.env.step, action)
         return {"obs": obs, "reward": float(reward), "terminated": bool(terminated),

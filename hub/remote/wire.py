@@ -23,8 +23,8 @@ CLOSE_TOO_BIG = 1009  # RFC 6455 "message too big"
 #: Attributes and methods a client may read or call with `{"op": "call", "name": ...}`.
 #: `reference_action` and `task_record` (its `expected` is the answer) only where the operator
 #: exposes the gold (`skyhub serve --expose-reference`).
-CALLABLE = frozenset({"reference_action", "task_record"})
-REFERENCE_GATED = frozenset({"reference_action", "task_record"})
+CALLABLE = frozenset({"reference_action", "reference_tool_calls", "task_record"})
+REFERENCE_GATED = frozenset({"reference_action", "reference_tool_calls", "task_record"})
 #: The error type of a `reference_action` call on a server that does not expose it.
 REFERENCE_NOT_EXPOSED = "ReferenceNotExposed"
 REFERENCE_REFUSED = (
@@ -57,6 +57,23 @@ def _default(obj: Any) -> Any:
 def dumps(msg: dict[str, Any]) -> str:
     """One message as compact JSON (NaN and infinities allowed: rewards may be NaN)."""
     return json.dumps(msg, default=_default, separators=(",", ":"))
+
+
+def checked_action(action: Any) -> str | dict[str, Any] | None:
+    """A `step` request's action as the env takes it: text, or a tool turn `{"content":
+    str, "tool_calls": [OpenAI entries]}` (what `skyhub.tools.to_plain` writes) as an
+    assistant message; None when it is neither. The calls' contents are the env's to judge
+    (a malformed call is answered in its result), so only the turn's shape is checked."""
+    if isinstance(action, str):
+        return action
+    if not isinstance(action, dict) or not isinstance(action.get("tool_calls"), list):
+        return None
+    content = action.get("content")
+    if content is not None and not isinstance(content, str):
+        return None
+    if not all(isinstance(c, dict) for c in action["tool_calls"]):
+        return None
+    return {"role": "assistant", "content": content or "", "tool_calls": action["tool_calls"]}
 
 
 def task_summary(task: Any) -> dict[str, Any] | None:
