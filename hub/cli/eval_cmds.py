@@ -79,6 +79,11 @@ OverwriteOpt = Annotated[bool, typer.Option(
 RetriesOpt = Annotated[int | None, typer.Option(
     help="Retries of a failing model request (backoff; then the episode is an infra error).")]
 ConcurrencyOpt = Annotated[int, typer.Option(help="Episodes (and model requests) at once.")]
+ToolsOpt = Annotated[bool | None, typer.Option(
+    "--tools/--no-tools", show_default=False,
+    help="Act with native tool calls (env.tools) or the text protocol; default: tools where "
+         "the env declares them and the agent speaks them (openai:, unless the server "
+         "rejects tools).")]
 SeedOpt = Annotated[int, typer.Option(help="Episode k is reset with seed SEED+k.")]
 
 
@@ -163,6 +168,8 @@ def _print_sampling(console: Console, summary: Any) -> None:
     """The model agent's sampling settings and their sources, on one line under the table."""
     if getattr(summary, "sampling", None):
         console.print(Text(f"sampling: {summary.sampling}"), soft_wrap=True)
+    if getattr(summary, "protocol", None) == "tools":
+        console.print("protocol: tools (native tool calls)")
 
 
 def _no_score_exit(console: Console, summary: Any) -> None:
@@ -177,7 +184,8 @@ def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int 
                            concurrency: int, seed: int, env_kwargs: dict[str, Any],
                            out: Path, resume: bool, attempts: int = 1,
                            overwrite: bool = False,
-                           rerun_errors: list[str] | None = None) -> Any:
+                           rerun_errors: list[str] | None = None,
+                           tools: bool | None = None) -> Any:
     """`evaluate.run` under a progress bar showing accuracy so far and infra errors; the
     agent's notices (each retry of a model request) print above the bar as they happen."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -217,7 +225,7 @@ def evaluate_with_progress(env_id: str, agent: Any, *, console: Console, n: int 
                                              on_episode=tick, out=out, resume=resume,
                                              on_plan=total, attempts=attempts,
                                              on_sample=says, overwrite=overwrite,
-                                             rerun_errors=rerun_errors)
+                                             rerun_errors=rerun_errors, tools=tools)
         finally:
             agent.on_notice = None
     _print_failures(console, episodes)
@@ -287,6 +295,7 @@ def run_cmd(
         "--filter-error-type", show_default=False,
         help="With --resume: re-run only the infra errors of this type (repeatable, e.g. "
              "SandboxUnavailable, AgentError); default: every infra error.")] = None,
+    tools: ToolsOpt = None,
 ) -> None:
     """Evaluate an agent on an env (episodes concurrently), then a table and a report.
 
@@ -324,7 +333,7 @@ def run_cmd(
                                          concurrency=concurrency, seed=seed,
                                          env_kwargs=env_kwargs, out=out, resume=resume,
                                          attempts=attempts, overwrite=overwrite,
-                                         rerun_errors=filter_error_type)
+                                         rerun_errors=filter_error_type, tools=tools)
     except KeyboardInterrupt:
         if (out / "episodes.jsonl").is_file():
             _write_job(out, jobs_dir, concurrency, console)
@@ -466,7 +475,7 @@ def suite_cmd(
                 summary = evaluate_with_progress(
                     r.env_id, the_agent, console=console, n=n, concurrency=concurrency,
                     seed=seed, env_kwargs=kwargs, out=out / r.name, resume=resume,
-                    overwrite=overwrite)
+                    overwrite=overwrite, tools=False)  # a suite is its datasets' protocol
             except DataNotFound as e:
                 console.print(Text(f"{r.name}: no data, skipped ({e})", style="yellow"))
                 continue

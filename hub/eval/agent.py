@@ -1,5 +1,12 @@
 """The agent contract: `Agent` (`act(messages, reference)` -> the next action) and `Reply`.
 
+An action is text (the env's text protocol), or a tool turn: a `Reply` with `tool_calls`, an
+OpenAI assistant message (its dict, with `tool_calls`), a `skyhub.ToolCall` or a list of them.
+The harness sends it to `env.step` as it is (an env with `tools` plays the calls:
+`skyhub.tools.play_tool_turn`) and records it; the next `messages` then hold the assistant's
+`tool_calls` and one `role: "tool"` message per call. An agent plays tools in a run only
+after `use_tools` (the run's `--tools` decision: `skyhub.eval.harness.run`).
+
 What every agent implements, below the agents that implement it: the built-ins and
 `load_agent` (`skyhub.eval.agents`), the OpenAI agent (`skyhub.eval.openai_agent`), the
 trainer's local model (`skyhub.trainer.hf_agent`), and the harness that drives them.
@@ -14,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyhub.chat import Message
+from skyhub.tools import ToolCall
 
 #: What `act` gets to ask the env: called, the env's reference action for the current state
 #: (the oracle's); in the harness it also has `sample_action(seed) -> str` (the random agent's).
@@ -27,6 +35,8 @@ class Reply:
     text: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: The tool calls of the reply (an OpenAI response's `tool_calls`), None for a text reply.
+    tool_calls: list[ToolCall] | None = None
 
 
 class Agent(abc.ABC):
@@ -41,8 +51,23 @@ class Agent(abc.ABC):
     #: Where `notice` lines go (`skyhub eval` prints them above its progress bar); None: stderr.
     on_notice: Callable[[str], None] | None = None
 
+    #: Whether a run plays tools with this agent by default (`--tools` unset): True for
+    #: model agents built for function calling (`openai:`), False for agents that play the
+    #: text protocol unless asked (`oracle`, `random`, scripts).
+    speaks_tools = False
+    #: Set by an agent whose endpoint rejected `tools` mid-run (it went on in text): the
+    #: run's reports then say "text".
+    tools_rejected = False
+
     @abc.abstractmethod
-    def act(self, messages: list[Message], reference: ReferenceFn) -> str | Reply: ...
+    def act(self, messages: list[Message], reference: ReferenceFn) -> Any: ...
+
+    def use_tools(self, tools: list[dict[str, Any]]) -> bool:
+        """The env's tools (OpenAI function schemas), given before the first `act` of a run
+        that plays tools. Returns False when the agent cannot (its endpoint rejects `tools`):
+        the run then uses the text protocol. Default: True (an agent that returns text is
+        still understood by an env with tools)."""
+        return True
 
     def settings(self) -> dict[str, Any]:
         """What, besides its name, changes this agent's results (sampling, endpoint, the

@@ -2,11 +2,13 @@
 
 An agent maps the conversation so far to its next action. Built-ins:
 - `oracle`: the env's reference action (gold SQL, solution script...), an upper bound that
-  checks the env and its reward end to end;
+  checks the env and its reward end to end; with tools (`--tools`), the env's
+  `reference_tool_calls()` as structured calls;
 - `nop`: does nothing (empty turns until the env ends the episode), the lower bound of a
   task with a verifier: a task that rewards it is broken;
 - `random`: the env's `sample_action()`, seeded (protocol-shaped where the env says so, its
   action space otherwise), a lower bound that exercises the env's handling of bad actions;
+  with tools, a random tool caller (`skyhub.eval.random_tools`);
 - `script:module:function`: any Python callable `function(messages) -> str`;
 - `openai:MODEL`: a model behind an OpenAI-compatible chat endpoint (`skyhub.eval.openai_agent`);
 - `hf:PATH` and any other `PREFIX:...`: agents that packages register under the entry-point
@@ -35,9 +37,25 @@ from skyhub.eval.agent import Agent, ReferenceFn, Reply
 
 
 class OracleAgent(Agent):
+    """The env's reference action; in a run that plays tools, its `reference_tool_calls()`
+    (the harness's `reference.tool_calls()`), or the reference text where the env has no
+    calls for this state."""
+
     name = "oracle"
 
-    def act(self, messages: list[Message], reference: ReferenceFn) -> str:
+    def __init__(self) -> None:
+        self.tools = False
+
+    def use_tools(self, tools: list[dict[str, Any]]) -> bool:
+        self.tools = True
+        return True
+
+    def act(self, messages: list[Message], reference: ReferenceFn) -> Any:
+        tool_calls = getattr(reference, "tool_calls", None)
+        if self.tools and tool_calls is not None:
+            calls = tool_calls()
+            if calls:
+                return list(calls)
         return reference() or ""
 
 
@@ -57,12 +75,22 @@ class RandomAgent(Agent):
 
     def __init__(self, seed: int = 0) -> None:
         self.seed, self.rng = seed, random.Random(seed)
+        self.tools: list[dict[str, Any]] | None = None
 
     def settings(self) -> dict[str, Any]:
         return {"seed": self.seed}
 
-    def act(self, messages: list[Message], reference: ReferenceFn) -> str:
+    def use_tools(self, tools: list[dict[str, Any]]) -> bool:
+        self.tools = list(tools)
+        return True
+
+    def act(self, messages: list[Message], reference: ReferenceFn) -> Any:
         seed = self.rng.randrange(2**31)
+        turn_rng = random.Random(seed)
+        if self.tools is not None and turn_rng.random() >= 0.15:  # else a text turn
+            from skyhub.eval.random_tools import random_tool_turn
+
+            return random_tool_turn(self.tools, turn_rng)
         sample = getattr(reference, "sample_action", None)
         if sample is not None:
             return sample(seed)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyhub.chat import Episode, infra_error_info
 from skyhub.errors import InfraError, UsageError
-from skyhub.eval.agent import Agent
+from skyhub.eval.agent import Agent, Reply
 from skyhub.eval.metrics import Summary, summarise
 from skyhub.eval.rundir import RunDir, load_records
 
@@ -53,7 +53,7 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
         out: str | Path | None = None, resume: bool = False,
         on_plan: Callable[[int], None] | None = None, attempts: int = 1,
         on_sample: Callable[[str], None] | None = None, overwrite: bool = False,
-        rerun_errors: Collection[str] | None = None,
+        rerun_errors: Collection[str] | None = None, tools: bool | None = None,
         ) -> tuple[Summary, list[Episode]]:
     """Run `n` tasks of `env_id` (default: each of the env's tasks once; a spread sample
     when `n` is smaller: see the module docstring), `attempts` episodes each, with `agent`,
@@ -67,7 +67,10 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
     `summary.json` is written at the end, also when the run stops early; `resume=True`
     continues the run found there (missing episodes and infra errors only), `overwrite=True`
     deletes what a run wrote there first; `rerun_errors` (with `resume`) re-runs only the
-    infra errors of those types (`skyhub.eval.rundir.error_type`). The summary then covers
+    infra errors of those types (`skyhub.eval.rundir.error_type`). `tools` says whether the
+    agent acts with native tool calls (`skyhub.eval.tool_protocol`: None, the default, plays
+    them where the env declares tools and the agent speaks them); the protocol used is in
+    run.json and the summary ("tools" or "text"). The summary then covers
     the whole run, the returned episodes only those run now. A `UsageError` (a rejected API
     key, an endpoint that never answers, a run directory that holds another run) stops the
     run; what finished is kept, and a new run that recorded nothing leaves no run directory
@@ -78,10 +81,15 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
     if (n is not None and n < 1) or concurrency < 1 or attempts < 1:
         raise UsageError(f"n, attempts and concurrency must be >= 1 (got n={n}, "
                          f"attempts={attempts}, concurrency={concurrency})")
+    from skyhub.eval.tool_protocol import open_envs
+
     env_kwargs = dict(env_kwargs or {})
     width = concurrency if n is None else min(concurrency, n * attempts)
     # The envs come first: missing data or a bad kwarg fails before a run directory is made.
-    with make_vec(env_id, width, autoreset_mode="disabled", **env_kwargs) as venv:
+    venv, env_kwargs, protocol = open_envs(env_id, env_kwargs, agent, tools,
+                                           lambda kw: make_vec(env_id, width,
+                                                               autoreset_mode="disabled", **kw))
+    with venv:
         tasks = venv.get_attr("tasks", env_ids=[0])[0] or []
         order, sample = _task_order(env_id, tasks, n, seed,
                                     venv.get_attr("slice_key", env_ids=[0])[0])
@@ -93,7 +101,7 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
         if run_dir is not None:
             config = {"env_id": env_id, "env_kwargs": env_kwargs, "agent": agent.name,
                       "agent_settings": agent.settings(), "sampling": agent.sampling(),
-                      "n": len(order),
+                      "n": len(order), "protocol": protocol,
                       "attempts": attempts, "seed": seed, "sample": sample}
             kept = run_dir.open(config, resume=resume, overwrite=overwrite,
                                 rerun_errors=rerun_errors)
@@ -119,6 +127,7 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
             s = summarise(env_id, agent.name, records, time.perf_counter() - t0,
                           requested=len(records) + len(todo) - len(new), attempts=attempts)
             s.sampling = agent.sampling()
+            s.protocol = "text" if agent.tools_rejected else protocol
             if run_dir is not None:
                 run_dir.write_summary(s)
             return s
@@ -127,7 +136,8 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
             if todo:
                 plan = [(order[k // attempts], k // attempts, k % attempts)
                         for k in range(total)]
-                _EvalLoop(venv, tasks, plan, agent, seed, max_steps, finished).run(todo)
+                _EvalLoop(venv, tasks, plan, agent, seed, max_steps, finished,
+                          protocol).run(todo)
         except BaseException:  # Ctrl-C, a crash: the summary says what finished
             if run_dir is not None and not run_dir.discard_if_empty():
                 summary()
@@ -166,10 +176,12 @@ class _EvalLoop:
     from a thread pool (parallel agents) or inline (fast local agents)."""
 
     def __init__(self, venv: Any, tasks: Any, plan: list[tuple[int, int, int]], agent: Agent,
-                 seed: int, max_steps: int, finished: Callable[[Episode], None]) -> None:
+                 seed: int, max_steps: int, finished: Callable[[Episode], None],
+                 protocol: str = "text") -> None:
         # plan[k]: episode k's (index in tasks, position in the run's sample, attempt)
         self.venv, self.tasks, self.plan, self.agent = venv, tasks, plan, agent
-        agent.use_stop_strings(tuple(venv.get_attr("stop_strings", env_ids=[0])[0] or ()))
+        if protocol == "text":  # tool calls are not cut at the text protocol's closing tags
+            agent.use_stop_strings(tuple(venv.get_attr("stop_strings", env_ids=[0])[0] or ()))
         self.seed, self.max_steps, self.on_finished = seed, max_steps, finished
         self.pool: _DaemonPool | None = None
 
@@ -205,9 +217,9 @@ class _EvalLoop:
             t = time.perf_counter()
             post(self._act(slot, ep.messages()), time.perf_counter() - t)
 
-    def action(self, slot: int, ep: Episode, result: Any, seconds: float) -> str | None:
-        """The agent's action, or None after recording its infra error (the episode ends).
-        Other exceptions stop the run."""
+    def action(self, slot: int, ep: Episode, result: Any, seconds: float) -> Any:
+        """The agent's action (text, or a tool turn as plain JSON: `as_action`), or None after
+        recording its infra error (the episode ends). Other exceptions stop the run."""
         ep.agent_s = (ep.agent_s or 0.0) + seconds
         if isinstance(result, InfraError):
             ep.error_source = "agent"
@@ -216,7 +228,7 @@ class _EvalLoop:
             return None
         if isinstance(result, BaseException):
             raise result
-        return ep.count(result)
+        return as_action(ep, result)
 
     def observed(self, slot: int, ep: Episode) -> bool:
         if len(ep.actions) < self.max_steps:
@@ -259,6 +271,33 @@ class _EnvCalls:
 
     def sample_action(self, seed: int) -> str:
         return self.venv.call("sample_action", seed, env_ids=[self.i])[0]
+
+    def tool_calls(self) -> Any:
+        """Slot i's `reference_tool_calls()` (the oracle's action in a run with tools)."""
+        return self.venv.call("reference_tool_calls", env_ids=[self.i])[0]
+
+
+def as_action(ep: Episode, result: Any) -> Any:
+    """What an agent returned, as the action to send and record: text as it is; a tool turn
+    (a `Reply` with `tool_calls`, an assistant message or its dict, `ToolCall`s) as plain
+    JSON, `{"content", "tool_calls": [OpenAI entries]}` (`skyhub.tools.to_plain`), so that
+    episodes.jsonl stays JSON and any executor can carry it; a turn without calls as its
+    text. A `Reply`'s token counts are added to `ep`."""
+    from skyhub.tools import ToolCall, as_tool_turn, to_plain
+
+    if isinstance(result, Reply):
+        text = ep.count(result)
+        if not result.tool_calls:
+            return text
+        result = {"content": text, "tool_calls": [ToolCall.from_openai(c, i).to_openai()
+                                                  for i, c in enumerate(result.tool_calls)]}
+    if isinstance(result, str):
+        return result
+    turn = as_tool_turn(result)
+    if turn is None:
+        return str(result)
+    plain = to_plain(result)
+    return plain if plain["tool_calls"] else plain["content"]
 
 
 class _DaemonPool:

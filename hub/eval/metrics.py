@@ -271,6 +271,7 @@ class Summary:
     attempts: int = 1  # episodes per task
     pass_at_k: dict[str, Any] = field(default_factory=dict)  # with attempts > 1: `pass_at_k`
     sampling: str | None = None  # a model agent's sampling settings and their source
+    protocol: str | None = None  # "tools" (native tool calls) or "text": the run's protocol
     rewards: dict[str, Any] = field(default_factory=dict)  # each named reward's mean
 
     def to_dict(self) -> dict[str, Any]:

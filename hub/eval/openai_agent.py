@@ -33,6 +33,18 @@ Failures are sorted by what the user can do about them:
   of spending a deadline on every episode;
 - other client errors (400: the prompt exceeds the context window, a bad parameter...) raise
   `AgentError` at once with the server's explanation.
+
+Function calling (a run with tools: `skyhub.eval.tool_protocol`): `use_tools` gives the
+env's tool schemas, sent with each request as `tools` with `tool_choice: "auto"`; a reply's
+`tool_calls` become the action (`Reply.tool_calls`, several per turn as the server sends
+them), and the results come back in the next request as `role: "tool"` messages with their
+`tool_call_id`. Whether the server takes `tools` is decided before the run by a probe; a
+400 that names the tools later (a server that changed) turns the agent to text for the rest
+of the run, with a notice (`tools_rejected`).
+
+Over ~400 lines, for a reason: one job, a chat completion from an endpoint: the request, its
+retries within one deadline, its errors sorted by what the user can do, and the function
+calling probe and fallback that hang on those errors.
 """
 
 from __future__ import annotations
@@ -52,6 +64,8 @@ from typing import Any
 from skyhub.chat import Message
 from skyhub.errors import AgentError, SkyhubError, UsageError
 from skyhub.eval.agent import Agent, ReferenceFn, Reply
+from skyhub.eval.tool_protocol import wire_messages
+from skyhub.tools import ToolCall
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RETRY_STATUSES = frozenset({408, 409, 429})
@@ -65,6 +79,14 @@ class _Transient(SkyhubError):
                  timed_out: bool = False) -> None:
         super().__init__(message)
         self.wait, self.timed_out = wait, timed_out
+
+
+class _Rejected(AgentError):
+    """A client error the server gave (400, 422...): not retried; `detail` is its text."""
+
+    def __init__(self, message: str, status: int, detail: str) -> None:
+        super().__init__(message)
+        self.status, self.detail = status, detail
 
 
 class OpenAIAgent(Agent):
@@ -83,6 +105,7 @@ class OpenAIAgent(Agent):
     """
 
     parallel = True
+    speaks_tools = True
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  temperature: float = 0.0, max_tokens: int | None = None,
@@ -128,11 +151,51 @@ class OpenAIAgent(Agent):
         self._rng = random.Random(seed)
         self._opener = urllib.request.build_opener()
         self._answered = False  # has the server ever answered (any HTTP status)?
+        self.tools: list[dict[str, Any]] | None = None  # sent with each request (use_tools)
 
     # -- public -------------------------------------------------------------------------
 
     def act(self, messages: list[Message], reference: ReferenceFn) -> Reply:
-        data = json.dumps(self._body(messages)).encode()
+        if self.tools is None or self.tools_rejected:
+            return self._complete(self._body(messages))
+        try:
+            return self._complete(self._body(messages))
+        except _Rejected as e:
+            if not self._rejects_tools(e):
+                raise
+            with self._lock:
+                first = not self.tools_rejected
+                self.tools_rejected = True
+            if first:
+                self.notice(f"{self.name}: the server rejected `tools` ({e.detail}); going on "
+                            "in text without them. The envs' instructions still describe "
+                            "tools: run again with --no-tools for a text run.")
+            return self._complete(self._body(messages))
+
+    def use_tools(self, tools: list[dict[str, Any]]) -> bool:
+        """Send `tools` (and `tool_choice: "auto"`) with every request, after a probe: one
+        small request with the tools (at most 8 tokens). A 400 for it whose request passes
+        without the tools means the server does not take them: a notice, and False (the run
+        plays the text protocol)."""
+        self.tools = [dict(t) for t in tools]
+        probe = [{"role": "user", "content": "Reply with OK."}]
+        try:
+            self._complete({**self._body(probe), "max_tokens": 8})
+        except _Rejected as e:
+            try:
+                self.tools = None
+                self._complete({**self._body(probe), "max_tokens": 8})
+            except AgentError:  # the 400 was not about the tools: keep them
+                self.tools = [dict(t) for t in tools]
+                return True
+            self.notice(f"{self.name}: the server rejected a request with `tools` "
+                        f"({e.detail}); this run uses the text protocol instead.")
+            return False
+        return True
+
+    def _complete(self, body: dict[str, Any]) -> Reply:
+        """One chat completion, with the retries and deadline of the module docstring."""
+        data = json.dumps(body).encode()
         deadline = time.monotonic() + self.timeout
         last, attempts, timeouts = "no attempt made", 0, 0
         tries = self.max_retries + 1
@@ -196,8 +259,11 @@ class OpenAIAgent(Agent):
     # -- internals -----------------------------------------------------------------------
 
     def _body(self, messages: list[Message]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": list(messages),
+        tools = self.tools is not None and not self.tools_rejected
+        body: dict[str, Any] = {"model": self.model, "messages": wire_messages(messages, tools),
                                 "temperature": self.temperature}
+        if tools:
+            body["tools"], body["tool_choice"] = self.tools, "auto"
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         if self.top_p is not None:
@@ -287,11 +353,15 @@ class OpenAIAgent(Agent):
             raise _Transient(f"no message in the reply's first choice: {_snippet(raw)}")
         content = message.get("content")
         text = content if isinstance(content, str) else ""
-        if choices[0].get("finish_reason") == "stop":
+        raw_calls = message.get("tool_calls")
+        calls = [ToolCall.from_openai(c, i) for i, c in enumerate(raw_calls)
+                 if isinstance(c, dict)] if isinstance(raw_calls, list) else []
+        if choices[0].get("finish_reason") == "stop" and not calls:
             text = self._with_stop_string(text, choices[0].get("stop_reason"))
         usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
         return Reply(text=text, prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-                     completion_tokens=_int_or_none(usage.get("completion_tokens")))
+                     completion_tokens=_int_or_none(usage.get("completion_tokens")),
+                     tool_calls=calls or None)
 
     def use_stop_strings(self, stop: tuple[str, ...]) -> None:
         """Stop at the env's stop strings unless `stop=` was given. OpenAI allows 4."""
@@ -338,7 +408,13 @@ class OpenAIAgent(Agent):
             if status in (429, 503):
                 wait = _retry_after(e.headers.get("Retry-After") if e.headers else None)
             return _Transient(what, wait)
-        return AgentError(f"{self.name}: POST {self.url} was rejected ({what}); not retried.")
+        return _Rejected(f"{self.name}: POST {self.url} was rejected ({what}); not retried.",
+                         status, detail)
+
+    def _rejects_tools(self, e: _Rejected) -> bool:
+        """A 400/422 that names the tools (vLLM without --enable-auto-tool-choice, a server
+        that knows no function calling)."""
+        return e.status in (400, 422) and "tool" in e.detail.lower()
 
 
 def _retry_after(value: str | None) -> float | None:

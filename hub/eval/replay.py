@@ -194,10 +194,12 @@ class _Unreplayable(SkyhubError):
     """A record without what a replay needs."""
 
 
-def recorded_turns(record: dict[str, Any]) -> tuple[str | None, str, list[str], list[str]]:
+def recorded_turns(record: dict[str, Any]) -> tuple[str | None, str, list[Any], list[str]]:
     """`(system prompt, first observation, actions, observations)` of a record, read back from
     its `messages` (`skyhub.chat.to_messages` drops an empty observation, so an assistant
-    message followed by another assistant message, or by nothing, had an empty one)."""
+    message followed by another assistant message, or by nothing, had an empty one). A tool
+    turn's action is `{"content", "tool_calls"}` (as the harness sent it) and its
+    observation the text of its `role: "tool"` messages (`tool_results_text`)."""
     messages = record.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _Unreplayable("the record has no messages")
@@ -207,12 +209,25 @@ def recorded_turns(record: dict[str, Any]) -> tuple[str | None, str, list[str], 
     if i >= len(messages) or messages[i].get("role") != "user":
         raise _Unreplayable("the record's messages do not start with the first observation")
     first, i = str(messages[i].get("content", "")), i + 1
-    actions: list[str] = []
+    actions: list[Any] = []
     observations: list[str] = []
     while i < len(messages):
         if messages[i].get("role") != "assistant":
             raise _Unreplayable(f"message {i} of the record should be the agent's (assistant) "
                                 f"but is {messages[i].get('role')!r}")
+        calls = messages[i].get("tool_calls")
+        if calls:
+            actions.append({"content": str(messages[i].get("content") or ""),
+                            "tool_calls": list(calls)})
+            i += 1
+            results = []
+            while i < len(messages) and messages[i].get("role") == "tool":
+                m = messages[i]
+                results.append({"call_id": m.get("tool_call_id", ""), "name": m.get("name", ""),
+                                "content": m.get("content", "")})
+                i += 1
+            observations.append(tool_results_text(results))
+            continue
         actions.append(str(messages[i].get("content", "")))
         i += 1
         if i < len(messages) and messages[i].get("role") != "assistant":
@@ -221,6 +236,12 @@ def recorded_turns(record: dict[str, Any]) -> tuple[str | None, str, list[str], 
         else:
             observations.append("")
     return system, first, actions, observations
+
+
+def tool_results_text(results: Sequence[dict[str, Any]] | None) -> str:
+    """A tool turn's results as one text to compare: `[name call_id] content` per call."""
+    return "\n\n".join(f"[{r.get('name', '')} {r.get('call_id', '')}] {r.get('content', '')}"
+                       for r in results or ())
 
 
 def _same_reward(recorded: Any, replayed: float) -> bool:
@@ -266,7 +287,7 @@ def replay_record(env: Any, record: dict[str, Any], *,
 
 
 def _compare(env: Any, record: dict[str, Any], patterns: Sequence[re.Pattern[str]],
-             system: str | None, first: str, actions: list[str], observations: list[str],
+             system: str | None, first: str, actions: list[Any], observations: list[str],
              rewards: list[Any], result: ReplayResult) -> Difference | None:
     def differs(where: str, what: str, recorded: Any, replayed: Any) -> Difference | None:
         if isinstance(recorded, str) or isinstance(replayed, str):
@@ -295,14 +316,12 @@ def _compare(env: Any, record: dict[str, Any], patterns: Sequence[re.Pattern[str
         if ended:
             return Difference(f"step {k - 1}", "end", "the episode went on",
                               f"the replay ended after {k - 1} of {len(actions)} steps")
+        tools = not isinstance(action, str)
         if oracle:
-            reference = env.reference_action() if hasattr(env, "reference_action") else \
-                env.unwrapped.reference_action()
-            if reference is not None and mask(reference, patterns) != mask(action, patterns):
-                result.notes.append(f"step {k}: the env's reference action is not the recorded "
-                                    "one (sent the reference, as the oracle does)")
-            action = reference if reference is not None else action
+            action = _oracle_action(env, action, k, patterns, result)
         obs, reward, terminated, truncated, info = env.step(action)
+        if tools:  # a tool turn: its results are what the agent saw
+            obs = tool_results_text(info.get("tool_results"))
         result.steps = k
         if info.get("infra_error"):
             raise _Unreplayable(f"the env reported an infra error at step {k} on replay: "
@@ -323,6 +342,29 @@ def _compare(env: Any, record: dict[str, Any], patterns: Sequence[re.Pattern[str
         return differs(f"step {len(actions)}", "outcome", record["outcome"],
                        info.get("outcome"))
     return None
+
+
+def _oracle_action(env: Any, action: Any, k: int, patterns: Sequence[re.Pattern[str]],
+                   result: ReplayResult) -> Any:
+    """What the oracle sends at step k on replay: the env's reference now (its tool calls
+    for a recorded tool turn), with a note where it is not the recorded action."""
+    from skyhub.tools import to_plain
+
+    tools = not isinstance(action, str)
+    name = "reference_tool_calls" if tools else "reference_action"
+    method = getattr(env, name, None) or getattr(env.unwrapped, name)
+    reference = method()
+    if reference is None or (tools and not reference):
+        return action
+    if tools:
+        reference = to_plain(list(reference))
+        same = json.dumps(reference["tool_calls"]) == json.dumps(action["tool_calls"])
+    else:
+        same = mask(reference, patterns) == mask(action, patterns)
+    if not same:
+        result.notes.append(f"step {k}: the env's reference action is not the recorded one "
+                            "(sent the reference, as the oracle does)")
+    return reference
 
 
 # ------------------------------------------------------------------ files of records

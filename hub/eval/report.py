@@ -52,7 +52,7 @@ def _config_line(run: dict[str, Any], records: Sequence[dict[str, Any]]) -> str:
     first = records[0] if records else {}
     parts = [f"env `{run.get('env_id') or first.get('env_id') or '?'}`",
              f"agent `{run.get('agent') or first.get('agent') or '?'}`"]
-    for key in ("seed", "max_turns", "env_kwargs", "started", "skyhub_version"):
+    for key in ("protocol", "seed", "max_turns", "env_kwargs", "started", "skyhub_version"):
         if run.get(key) not in (None, {}, ""):
             value = run[key]
             value = json.dumps(value, sort_keys=True) if isinstance(value, dict) else value

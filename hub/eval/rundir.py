@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
 # What must match for `resume` to continue a run rather than mix two different ones.
 #: What must be the same to resume a run: the env, the agent and every agent setting that
-#: changes results, the seed and the attempts per task (a larger `n` extends the sample).
-_RUN_KEYS = ("env_id", "env_kwargs", "agent", "agent_settings", "seed", "attempts")
-_RUN_DEFAULTS = {"agent_settings": {}, "attempts": 1}
+#: changes results, the seed, the attempts per task (a larger `n` extends the sample) and the
+#: protocol ("tools" or "text": native tool calls or the env's text protocol).
+_RUN_KEYS = ("env_id", "env_kwargs", "agent", "agent_settings", "seed", "attempts",
+             "protocol")
+_RUN_DEFAULTS = {"agent_settings": {}, "attempts": 1, "protocol": "text"}
 
 
 class RunDir:

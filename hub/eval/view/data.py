@@ -225,6 +225,28 @@ def find_record(records: Sequence[dict[str, Any]], index: int) -> dict[str, Any]
                      f"{len(records)} episodes)")
 
 
+def action_text(message: dict[str, Any]) -> str | None:
+    """An assistant message as the view shows it: its text, then one line per tool call,
+    `-> name(arguments)  [call id]`."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message.get("content")
+    lines = [str(message.get("content") or "")] if message.get("content") else []
+    for c in calls:
+        fn = c.get("function") or {} if isinstance(c, dict) else {}
+        lines.append(f"-> {fn.get('name', '')}({fn.get('arguments', '')})  "
+                     f"[{c.get('id', '') if isinstance(c, dict) else ''}]")
+    return "\n".join(lines)
+
+
+def observation_text(message: dict[str, Any]) -> str:
+    """An env message as the view shows it; a tool result says which call it answers."""
+    if message.get("role") == "tool":
+        return (f"[{message.get('name') or 'tool'} {message.get('tool_call_id', '')}] "
+                f"{message.get('content') or ''}")
+    return str(message.get("content") or "")
+
+
 def trajectory(rec: dict[str, Any]) -> dict[str, Any]:
     """An episode as a story: the task's text (`task_text`), the system prompt, the first
     observation, then each turn's action, the reward it got and the env's answer (tool
@@ -244,13 +266,13 @@ def trajectory(rec: dict[str, Any]) -> dict[str, Any]:
     for m in messages:
         if m.get("role") == "assistant":
             k = len(turns)
-            turns.append({"turn": k + 1, "action": m.get("content"),
+            turns.append({"turn": k + 1, "action": action_text(m),
                           "reward": number(rewards[k]) if k < len(rewards) else None,
                           "observation": None})
         elif turns and turns[-1]["observation"] is None:
-            turns[-1]["observation"] = m.get("content")
+            turns[-1]["observation"] = observation_text(m)
         elif turns:  # a second message after one action (a tool result and a hint)
-            turns[-1]["observation"] += "\n\n" + str(m.get("content"))
+            turns[-1]["observation"] += "\n\n" + observation_text(m)
         else:
             first = (first or "") + "\n\n" + str(m.get("content"))
     final_info = dict(rec.get("final_info") or {})
