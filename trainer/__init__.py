@@ -5,6 +5,7 @@ The loop and what it calls:
     config.py        dataclass configs from recipes/*.yaml plus key=value overrides
     rollout.py       multi-turn episodes over a VectorEnv, token-in/token-out
     token_layout.py  prompt and observation tokens from the model's chat template (two layouts)
+    tool_layout.py   episodes in the model's own tool-call format (rollout.tool_parser)
     inference/       the LLM inference engines: hf (transformers), vllm (AsyncLLM, weight sync),
                      several as one pool, and their start-up where the placement says
     weight_sync.py   the canary that checks an engine samples from the learner's weights

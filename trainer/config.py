@@ -80,6 +80,12 @@ class RolloutConfig:
     # Where observations go: "user-turns" (each one a new user turn) or "assistant-message"
     # (appended to the agent's own message: SkyRL-SQL's use_conversation_multi_turn=false)
     chat_layout: str = "user-turns"
+    # The model's own tool-call format (skyhub.trainer.tool_layout): null plays the env's text
+    # protocol; a parser name ("hermes": Qwen2.5/Qwen3's <tool_call> JSON, or another of
+    # skyhub.tool_parsers.PARSERS; "auto": read off the chat template) renders the prompt
+    # with the env's tools, parses the sampled text into tool calls and renders the results
+    # as the template's tool messages, the agent's ids kept as sampled.
+    tool_parser: str | None = None
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. vLLM's engine args
     # Episodes playing at once, each scheduled on its own (generate, then env step): null
     # for every episode of a step (train_batch_size x samples_per_prompt). Envs are leased

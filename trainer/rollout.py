@@ -30,6 +30,11 @@ from the same env factories (`env_fns`, cycled), keeps it for later calls and cl
 `close()`; the one given is then left idle. Set `max_in_flight` to at most `num_envs` to keep
 to the given envs (sandboxed envs: containers cost more than idle ones).
 
+With `rollout.tool_parser` set, episodes are in the model's own tool-call format
+(`skyhub.trainer.tool_layout`): the prompt is rendered with the env's `tools`, the sampled text
+is parsed into tool calls that the env plays, and its results follow as the template's `tool`
+messages; the agent's ids are still kept as sampled.
+
 An episode whose env reports `infra_error` is kept but flagged: the learner masks it out
 instead of rewarding it 0.
 
@@ -52,6 +57,7 @@ from skyhub.errors import UsageError
 from skyhub.trainer.config import RolloutConfig  # one definition: a recipe's `rollout:`
 from skyhub.trainer.inference import Completion, Engine, SamplingParams, submitter
 from skyhub.trainer.token_layout import LAYOUTS, ChatFormat
+from skyhub.trainer.tool_layout import Conversation, ToolChat, tool_parser
 from skyhub.vector.driver import EpisodeDriver, Post
 
 log = logging.getLogger(__name__)
@@ -80,6 +86,8 @@ class Trajectory:
     info: dict[str, Any] = field(default_factory=dict)
     finish_reason: str = ""  # the engine's, for the last turn ("stop" or "length")
     episode: Episode | None = None  # the episode as text (what the env saw and said)
+    # rollout.tool_parser: the conversation as the chat template renders it (tool_layout)
+    conversation: Conversation | None = None
 
     def to_record(self, index: int, *, env_id: str, env_kwargs: dict[str, Any],
                   agent: str) -> dict[str, Any]:
@@ -170,6 +178,14 @@ class Rollout:
         self.one_message = cfg.chat_layout == "assistant-message"
         if self.one_message:
             chat.check_inline()
+        #: the model's own tool-call format (None: the env's text protocol)
+        self.tools: ToolChat | None = None
+        if cfg.tool_parser is not None:
+            if self.one_message:
+                raise UsageError("rollout.tool_parser needs rollout.chat_layout=user-turns: "
+                                 "tool results are messages of their own, not text inside "
+                                 "the agent's message")
+            self.tools = ToolChat(chat, tool_parser(cfg.tool_parser, chat.tokenizer))
         #: turns after which an episode is cut (None: only the env's budget ends it)
         self.turn_limit = turn_limit(cfg.max_turns_cap, env_max_turns(venv))
         self._own: Any = None  # a wider VectorEnv this rollout made (see the module's doc)
@@ -197,7 +213,7 @@ class Rollout:
             # the episode's seed is its env's reset seed too (so `skyhub replay` can play a
             # saved episode again exactly)
             t.episode = Episode(t.task_id, None, "", seed=t.seed, task_index=t.group)
-        driver = EpisodeDriver(venv, _Play(self, episodes), in_flight=target)
+        driver = EpisodeDriver(venv, _Play(self, episodes, venv), in_flight=target)
         driver.run([t.episode for t in episodes if t.episode is not None])
         st = driver.stats
         self.stats = {"rollout_s": st["rollout_s"], "generate_s": st["act_s"],
@@ -241,13 +257,17 @@ class Rollout:
         ep.turns += 1
         ep.finish_reason = c.finish_reason
 
-    def _observe(self, ep: Trajectory, obs: str) -> str | None:
+    def _observe(self, ep: Trajectory, obs: str, info: dict[str, Any]) -> str | None:
         """An env result that did not end the episode: the observation's tokens, or why the
         episode is cut instead (out of turns: the safety cap; out of context)."""
         if self.turn_limit is not None and ep.turns >= self.turn_limit:
             return "max_turns_cap"
         last = ep.token_ids[-1]
-        if self.one_message:
+        if ep.conversation is not None and self.tools is not None:
+            replies = self.tools.replies(ep.conversation, obs, info.get("tool_results"))
+            ep.add(self.tools.reply_ids(ep.conversation, replies,
+                                        last in self.chat.stop_token_ids), agent=False)
+        elif self.one_message:
             eos = self.chat.tokenizer.eos_token_id
             if last == eos and ep.loss_mask[-1]:  # the message goes on: the EOS is dropped
                 ep.drop_last()
@@ -274,8 +294,8 @@ class _Play:
     finished in the engine's threads), and each episode's tokens are recorded beside its
     transcript."""
 
-    def __init__(self, rollout: Rollout, episodes: list[Trajectory]) -> None:
-        self.rollout, self.submit = rollout, submitter(rollout.engine)
+    def __init__(self, rollout: Rollout, episodes: list[Trajectory], venv: Any) -> None:
+        self.rollout, self.submit, self.venv = rollout, submitter(rollout.engine), venv
         self.of = {id(t.episode): t for t in episodes}
         self.slot: dict[int, Trajectory] = {}
 
@@ -283,9 +303,14 @@ class _Play:
         self.slot[slot] = self.of[id(ep)]
 
     def started(self, slot: int, ep: Episode) -> bool:
-        t = self.slot[slot]
-        t.add(self.rollout.chat.prompt_ids(ep.first_observation, ep.system_prompt),
-              agent=False)
+        t, tools = self.slot[slot], self.rollout.tools
+        if tools is None:
+            t.add(self.rollout.chat.prompt_ids(ep.first_observation, ep.system_prompt),
+                  agent=False)
+        else:  # the env's tools, read after its reset (a task may change them)
+            schemas = self.venv.get_attr("tools", env_ids=[slot])[0]
+            t.conversation, ids = tools.start(ep.first_observation, ep.system_prompt, schemas)
+            t.add(ids, agent=False)
         t.prompt_len = len(t.token_ids)
         return False
 
@@ -295,13 +320,20 @@ class _Play:
         future.add_done_callback(lambda f: post(f, 0.0))  # an engine's thread
 
     def action(self, slot: int, ep: Episode, result: Future[Completion], seconds: float
-               ) -> str:
+               ) -> Any:
         completion = result.result()  # an engine error ends the rollout
-        self.rollout._record(self.slot[slot], completion)
-        return completion.text
+        t, tools = self.slot[slot], self.rollout.tools
+        self.rollout._record(t, completion)
+        if tools is None or t.conversation is None:
+            return completion.text
+        ids = completion.token_ids  # the model's text as it wrote it, less its end of turn
+        if ids and ids[-1] in self.rollout.chat.stop_token_ids:
+            ids = ids[:-1]
+        raw = self.rollout.chat.tokenizer.decode(ids, skip_special_tokens=False)
+        return tools.turn(t.conversation, completion.text, raw).action
 
     def observed(self, slot: int, ep: Episode) -> bool:
-        cut = self.rollout._observe(self.slot[slot], ep.observations[-1])
+        cut = self.rollout._observe(self.slot[slot], ep.observations[-1], ep.infos[-1])
         if cut is None:
             return False
         ep.cut, ep.truncated = cut, True
