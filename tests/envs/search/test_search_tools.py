@@ -195,3 +195,4 @@ def test_an_openai_message_with_parallel_calls_is_played_in_order(env: SearchEnv
 def test_check_env_passes_with_tools() -> None:
     report = check_env("search-qa", env_kwargs={"protocol": "tools"}, episodes=2)
     assert report.ok, report
+    assert "reference_tool_calls() scored as reference_action()" in report["tools"].message

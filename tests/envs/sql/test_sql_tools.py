@@ -271,3 +271,4 @@ def test_a_message_without_calls_is_a_tag_turn(env: SQLEnv) -> None:
 def test_check_env_passes_with_tools(protocol: str) -> None:
     report = check_env("sql-spider", env_kwargs={"protocol": protocol}, episodes=2)
     assert report.ok, report
+    assert "reference_tool_calls() scored as reference_action()" in report["tools"].message
