@@ -152,6 +152,7 @@ class OpenAIAgent(Agent):
         self._opener = urllib.request.build_opener()
         self._answered = False  # has the server ever answered (any HTTP status)?
         self.tools: list[dict[str, Any]] | None = None  # sent with each request (use_tools)
+        self._probe_passed = False
 
     # -- public -------------------------------------------------------------------------
 
@@ -174,24 +175,36 @@ class OpenAIAgent(Agent):
 
     def use_tools(self, tools: list[dict[str, Any]]) -> bool:
         """Send `tools` (and `tool_choice: "auto"`) with every request, after a probe: one
-        small request with the tools (at most 8 tokens). A 400 for it whose request passes
-        without the tools means the server does not take them: a notice, and False (the run
-        plays the text protocol)."""
+        small request with the tools (at most 8 tokens, one attempt). A 400 for it whose
+        request passes without the tools means the server does not take them: a notice, and
+        False (the run plays the text protocol). A probe that fails otherwise decides nothing
+        (the tools stay; the run's own requests meet the failure with their retries)."""
         self.tools = [dict(t) for t in tools]
-        probe = [{"role": "user", "content": "Reply with OK."}]
+        rejected = self._probe()
+        if rejected is None:
+            return True
+        self.tools = None
+        if self._probe() is not None or not self._probe_passed:
+            self.tools = [dict(t) for t in tools]  # the 400 was not about the tools
+            return True
+        self.notice(f"{self.name}: the server rejected a request with `tools` "
+                    f"({rejected.detail}); this run uses the text protocol instead.")
+        return False
+
+    def _probe(self) -> _Rejected | None:
+        """One attempt at a tiny request with the current settings: the client error it got,
+        else None (`_probe_passed` says whether it was answered)."""
+        body = {**self._body([{"role": "user", "content": "Reply with OK."}]), "max_tokens": 8}
+        self._probe_passed = False
+        self._count("requests")
         try:
-            self._complete({**self._body(probe), "max_tokens": 8})
+            self._post(json.dumps(body).encode(), self.attempt_timeout)
         except _Rejected as e:
-            try:
-                self.tools = None
-                self._complete({**self._body(probe), "max_tokens": 8})
-            except AgentError:  # the 400 was not about the tools: keep them
-                self.tools = [dict(t) for t in tools]
-                return True
-            self.notice(f"{self.name}: the server rejected a request with `tools` "
-                        f"({e.detail}); this run uses the text protocol instead.")
-            return False
-        return True
+            return e
+        except _Transient:
+            return None
+        self._probe_passed = True
+        return None
 
     def _complete(self, body: dict[str, Any]) -> Reply:
         """One chat completion, with the retries and deadline of the module docstring."""
