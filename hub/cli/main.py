@@ -306,6 +306,7 @@ def _add_subcommands() -> None:
     from skyhub.cli.bench_cmd import bench_cmd
     from skyhub.cli.eval_cmds import eval_app
     from skyhub.cli.export_cmd import export_cmd  # noqa: F401  (adds `eval export`)
+    from skyhub.cli.mcp_cmd import mcp_cmd
     from skyhub.cli.publish_cmds import install_cmd, new_cmd, publish_cmd
     from skyhub.cli.replay_cmd import replay_cmd
     from skyhub.cli.sandbox_cmds import images_app, sandbox_app
@@ -321,6 +322,7 @@ def _add_subcommands() -> None:
     app.command("publish")(_friendly_errors(publish_cmd))
     app.command("install")(_friendly_errors(install_cmd))
     app.command("serve")(_friendly_errors(serve_cmd))
+    app.command("mcp")(_friendly_errors(mcp_cmd))
     app.command("view")(_friendly_errors(view_cmd))
     app.command("replay")(_friendly_errors(replay_cmd))
 
