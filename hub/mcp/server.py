@@ -266,13 +266,14 @@ def serve_stdio(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
     Whatever the env prints goes to stderr: stdout carries the protocol only."""
     import anyio
 
-    server, envs = build_server(env_id, env_kwargs)
     # the protocol gets its own copy of fd 1; fd 1 and sys.stdout then point at stderr, so
-    # neither a print nor a child process can write into the protocol's stream
-    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    # neither a print nor a child process (the env's, made next) can write into the
+    # protocol's stream
     sys.stdout.flush()
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
+    server, envs = build_server(env_id, env_kwargs)
 
     async def main() -> None:
         from io import TextIOWrapper
