@@ -68,3 +68,46 @@ def test_harbor_examples_oracle(tmp_path: Path, docker_daemon: None) -> None:
     assert summary["n"] == len(records) >= 3 and summary["accuracy"] >= 0.99
     assert summary["infra_errors"] == 0
     check_report_matches_records(records, md)
+
+
+# ---------------------------------------------------------------- the oracle through tool calls
+def check_tool_oracle(tmp_path: Path, env_id: str, *args: str) -> None:
+    """`--agent oracle --tools` (the env's reference_tool_calls) scores as the tag oracle,
+    task by task, on the same tasks, every action a tool turn."""
+    tags, tag_records, _ = eval_oracle(tmp_path / "tags", env_id, *args)
+    tools, tool_records, md = eval_oracle(tmp_path / "tools", env_id, *args, "--tools")
+    assert (tags["protocol"], tools["protocol"]) == ("text", "tools")
+    assert tools["infra_errors"] == 0 and tools["accuracy"] == tags["accuracy"] >= 0.99
+    assert ({r["task_id"]: r["outcome"] for r in tool_records}
+            == {r["task_id"]: r["outcome"] for r in tag_records})
+    for r in tool_records:
+        turns = [m for m in r["messages"] if m["role"] == "assistant"]
+        assert turns and all(m.get("tool_calls") for m in turns), r["task_id"]
+    check_report_matches_records(tool_records, md)
+
+
+@pytest.mark.parametrize(("env_id", "args"), [
+    ("sql-spider", ("split=dev", "reward=skyrl", "--max-turns", "5")),
+    ("search-qa", ()),
+])
+def test_tool_oracle_scores_as_the_tag_oracle(tmp_path: Path, env_id: str,
+                                              args: tuple[str, ...]) -> None:
+    check_tool_oracle(tmp_path, env_id, *args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", ["python-code", "python-math"])
+def test_python_tool_oracles(tmp_path: Path, env_id: str, bwrap: str) -> None:
+    check_tool_oracle(tmp_path, env_id)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_terminal_synth_tool_oracle(tmp_path: Path, docker_daemon: None) -> None:
+    check_tool_oracle(tmp_path, "terminal-synth", "--n", "24")
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_harbor_examples_tool_oracle(tmp_path: Path, docker_daemon: None) -> None:
+    check_tool_oracle(tmp_path, "harbor-examples")
