@@ -6,7 +6,9 @@ Two formats, both read by Harbor's tools and by SFT trainers:
   episode, as Harbor writes one `trajectory.json` per trial. Steps are numbered from 1: the
   env's system prompt (`source: "system"`), the first observation (`"user"`), then one
   `"agent"` step per action whose `observation` holds the env's reply; the step's reward
-  is in its `extra`. `final_metrics` carries the token totals and the episode's verdict,
+  is in its `extra`. A tool turn's calls are the step's `tool_calls` and each result an
+  observation result naming its call (`source_call_id`). `final_metrics` carries the token
+  totals and the episode's verdict,
   and the root `extra` keeps every other field of the episodes.jsonl line, so nothing
   the run recorded is lost.
 - **ShareGPT** (JSONL, one conversation per episode): `{"conversations": [{"from":
@@ -14,7 +16,8 @@ Two formats, both read by Harbor's tools and by SFT trainers:
   `task`, `episode`, `run_id`, `trial_name`, `result`, `date`). As in Harbor's trace
   export, the conversation ends with the agent's last message: the env's reply to it is no
   training target and is left out, and an episode in which the agent never acted gives no
-  row.
+  row. A tool turn's calls are written in the `gpt` value as hermes-style
+  `<tool_call>{"name", "arguments"}</tool_call>` lines after its text.
 
 Filters are Harbor's `--filter success`, and a reward floor: `success_only` keeps the
 episodes whose outcome is `success` (skyhub's definition of accuracy, not a reward above 0);
@@ -51,6 +54,8 @@ class Turns:
     actions: list[str] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     rewards: list[float | None] = field(default_factory=list)
+    calls: list[list[dict[str, Any]]] = field(default_factory=list)  # per action: tool_calls
+    results: list[list[dict[str, Any]]] = field(default_factory=list)  # its `tool` messages
 
 
 @dataclass
@@ -125,11 +130,17 @@ def turns_of(record: dict[str, Any]) -> Turns:
         if m["role"] == "assistant":
             turns.actions.append(m["content"])
             turns.observations.append("")
+            calls = m.get("tool_calls")
+            turns.calls.append([c for c in calls if isinstance(c, dict)]
+                               if isinstance(calls, list) else [])
+            turns.results.append([])
         elif not turns.actions:
             turns.first += "\n\n" + m["content"]
         else:
             last = turns.observations[-1]
             turns.observations[-1] = f"{last}\n\n{m['content']}" if last else m["content"]
+            if m["role"] == "tool":
+                turns.results[-1].append(m)
     rewards = record.get("rewards")
     if isinstance(rewards, list) and rewards and len(rewards) != len(turns.actions):
         raise UsageError(f"{where} has {len(turns.actions)} actions but {len(rewards)} "
@@ -137,6 +148,23 @@ def turns_of(record: dict[str, Any]) -> Turns:
     turns.rewards = [_number(r) for r in rewards] if isinstance(rewards, list) and rewards \
         else [None] * len(turns.actions)
     return turns
+
+
+def _function(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function")
+    return fn if isinstance(fn, dict) else call
+
+
+def _arguments(args: Any) -> dict[str, Any]:
+    """A call's arguments as an object (ATIF's type): parsed JSON text, else `{"raw": text}`
+    (a malformed call is recorded as the agent sent it)."""
+    if isinstance(args, dict):
+        return args
+    try:
+        value = json.loads(args) if isinstance(args, str) and args.strip() else {}
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {"raw": args}
 
 
 def keep(record: dict[str, Any], *, success_only: bool = False,
@@ -163,7 +191,19 @@ def to_atif(record: dict[str, Any], run: dict[str, Any], run_id: str) -> dict[st
     for k, (action, observation) in enumerate(zip(turns.actions, turns.observations,
                                                   strict=True)):
         step: dict[str, Any] = {"step_id": len(steps) + 1, "source": "agent", "message": action}
-        if observation:
+        if turns.calls[k]:
+            step["tool_calls"] = [{"tool_call_id": str(c.get("id", "")),
+                                   "function_name": str(_function(c).get("name", "")),
+                                   "arguments": _arguments(_function(c).get("arguments"))}
+                                  for c in turns.calls[k]]
+            known = {c["tool_call_id"] for c in step["tool_calls"]}
+            step["observation"] = {"results": [
+                {"source_call_id": r.get("tool_call_id"), "content": r["content"]}
+                if r.get("tool_call_id") in known else {"content": r["content"]}
+                for r in turns.results[k]]}
+            if not step["observation"]["results"]:
+                del step["observation"]
+        elif observation:
             step["observation"] = {"results": [{"content": observation}]}
         step["extra"] = {"turn": k + 1, "reward": turns.rewards[k]}
         steps.append(step)
@@ -202,7 +242,11 @@ def to_sharegpt(record: dict[str, Any], run: dict[str, Any],
     for k, action in enumerate(turns.actions):
         if k:
             conv.append({"from": "human", "value": turns.observations[k - 1]})
-        conv.append({"from": "gpt", "value": action})
+        calls = [json.dumps({"name": _function(c).get("name", ""),
+                             "arguments": _arguments(_function(c).get("arguments"))},
+                            ensure_ascii=False) for c in turns.calls[k]]
+        conv.append({"from": "gpt", "value": "\n".join(
+            [action] * bool(action) + [f"<tool_call>{c}</tool_call>" for c in calls])})
     settings = run.get("agent_settings") if isinstance(run.get("agent_settings"), dict) else {}
     reward = _number(record.get("reward"))
     if record.get("infra_error"):

@@ -156,3 +156,28 @@ def test_resume_refuses_another_protocol(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="protocol"):
         harness.run("toy-lookup", load_agent("oracle"), n=3, out=out, resume=True,
                     tools=False)
+
+
+def test_export_keeps_the_calls_and_their_results(tmp_path: Path) -> None:
+    import jsonschema
+
+    from skyhub.eval.export import export_run
+    from tests.core.eval.test_export import SCHEMA, harbor_rules
+
+    out = tmp_path / "run"
+    harness.run("toy-lookup", load_agent("random", seed=3), n=6, out=out, tools=True)
+    harness.run("toy-lookup", load_agent("oracle"), n=6, out=tmp_path / "o", tools=True)
+    for run in (out, tmp_path / "o"):
+        export_run(run, "atif", tmp_path / "atif" / run.name)
+        export_run(run, "sharegpt", tmp_path / f"{run.name}.jsonl")
+        for doc in (json.loads(p.read_text()) for p in (tmp_path / "atif" / run.name)
+                    .glob("*.json")):
+            jsonschema.validate(doc, SCHEMA)
+            assert harbor_rules(doc) == []
+    oracle = [json.loads(p.read_text()) for p in (tmp_path / "atif" / "o").glob("*.json")]
+    step = oracle[0]["steps"][2]
+    assert step["tool_calls"][0]["function_name"] == "lookup"
+    assert set(step["tool_calls"][0]["arguments"]) == {"key"}
+    assert step["observation"]["results"][0]["source_call_id"] == "call_0"
+    rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert rows[0]["conversations"][2]["value"].startswith('<tool_call>{"name": "lookup"')
