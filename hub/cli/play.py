@@ -16,7 +16,8 @@ from rich.text import Text
 INPUT_HELP = (
     "Type an action over one or more lines and end it with a line holding only '.'. "
     "On the first line of an action, ':send TEXT' sends TEXT at once as a one-line action, "
-    "':hint' shows the env's reference action (if it has one) and ':quit' quits. "
+    "':hint' shows the env's reference action (if it has one), ':call NAME {JSON}' calls one "
+    "of the env's tools (its results are in the info's tool_results) and ':quit' quits. "
     "End of input (Ctrl-D, or the end of piped input) sends what was typed and quits."
 )
 
@@ -26,10 +27,12 @@ class _Lines:
 
     def __init__(self, stream: IO[str], console: Console) -> None:
         self.stream, self.console = stream, console
+        self.calls = 0
         isatty = getattr(stream, "isatty", None)
         self.interactive = bool(isatty and isatty())
 
     def read(self, prompt: str) -> str | None:
+        self.calls += 1
         if self.interactive:
             self.console.print(Text(prompt, style="bold cyan"), end="")
         line = self.stream.readline()
@@ -38,7 +41,7 @@ class _Lines:
         return line.rstrip("\n").rstrip("\r")
 
 
-def read_action(lines: _Lines, env: Any, console: Console) -> tuple[str | None, bool]:
+def read_action(lines: _Lines, env: Any, console: Console) -> tuple[Any, bool]:
     """The next action and whether input has ended (quit or end of input) after it.
 
     The action is None when there is nothing to send: `:quit`, or end of input with nothing
@@ -61,6 +64,11 @@ def read_action(lines: _Lines, env: Any, console: Console) -> tuple[str | None, 
                 continue
             if command == ":send" or line.startswith(":send "):
                 return line[len(":send "):], False
+            if line.startswith(":call "):  # a tool call; the env answers a malformed one
+                from skyhub.tools import ToolCall
+
+                name, _, arguments = line[len(":call "):].strip().partition(" ")
+                return ToolCall(f"call_{lines.calls}", name, arguments.strip()), False
         if line.strip() == ".":
             return "\n".join(buffer), False
         buffer.append(line)

@@ -181,3 +181,17 @@ def test_export_keeps_the_calls_and_their_results(tmp_path: Path) -> None:
     assert step["observation"]["results"][0]["source_call_id"] == "call_0"
     rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert rows[0]["conversations"][2]["value"].startswith('<tool_call>{"name": "lookup"')
+
+
+def test_play_takes_tool_calls() -> None:
+    with skyhub.make("toy-lookup") as env:
+        env.reset(seed=0)
+        key, answer = env.task.meta["key"], env.task.answer
+    moves = (f':call lookup {{"key": "{key}"}}\n:call lookup {{"key": 7}}\n'
+             f':call answer {{"value": "{answer}"}}\nn\n')
+    r = CliRunner().invoke(app, ["play", "toy-lookup", "--seed", "0"], input=moves,
+                           env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert f"{answer} (2 turns left)" in r.output  # the lookup's result
+    assert "parameter 'key' must be string" in r.output  # the malformed call, answered
+    assert "episode over: total reward 1, outcome success" in r.output
