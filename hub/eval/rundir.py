@@ -59,8 +59,9 @@ class RunDir:
                 raise UsageError(
                     f"--resume: {self.path} holds a different run; changed: "
                     + "; ".join(changed)
-                    + ". Resume with the same env, kwargs, --agent and its settings, --seed "
-                    "and --attempts, or pick a new --out directory (or --overwrite it)")
+                    + ". Resume with the same env, kwargs, --agent and its settings, --seed, "
+                    "--attempts and protocol (--tools or --no-tools), or pick a new --out "
+                    "directory (or --overwrite it)")
             kept = [r for r in load_records(self.path) if not r["infra_error"] or (
                 rerun_errors is not None and error_type(r) not in rerun_errors)]
         elif resume:
