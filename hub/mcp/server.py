@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 import threading
@@ -314,7 +315,17 @@ def http_app(server: Any) -> Any:
         async with manager.run():
             yield
 
+    logging.getLogger("mcp.server.streamable_http").addFilter(_quiet_session_end)
     return Starlette(routes=[Route("/mcp", endpoint=Endpoint())], lifespan=lifespan)
+
+
+def _quiet_session_end(record: logging.LogRecord) -> bool:
+    """Drop the SDK's traceback for a session's stream closing under its SSE writer when the
+    client ends the session (anyio's ClosedResourceError): the normal end, not an error."""
+    import anyio
+
+    error = record.exc_info[1] if record.exc_info else None
+    return not isinstance(error, anyio.ClosedResourceError)
 
 
 def serve_http(env_id: str, env_kwargs: dict[str, Any] | None = None, port: int = 8765, *,

@@ -25,6 +25,7 @@ import skyhub
 
 SKYHUB = str(Path(sys.executable).with_name("skyhub"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from polling import eventually  # noqa: E402
 
 
 def text(result: Any) -> str:
@@ -141,6 +142,7 @@ def test_an_env_without_tools_is_played_through_act(tmp_env_id: str) -> None:
 
     skyhub.register(tmp_env_id, "skyhub_testenvs:SayEnv", kwargs={"strict": True})
     server, envs = build_server(tmp_env_id)
+    made_at_startup = envs._spare  # the first session's env
 
     async def main() -> None:
         async with create_connected_server_and_client_session(server) as s:
@@ -159,5 +161,6 @@ def test_an_env_without_tools_is_played_through_act(tmp_env_id: str) -> None:
 
     try:
         run(main)
+        assert made_at_startup is not None and eventually(lambda: made_at_startup.closed)
     finally:
         envs.close()
