@@ -13,7 +13,7 @@ from typing import Any
 
 from skyhub.errors import UsageError
 
-from . import PARSERS
+from .base import PARSERS
 
 # (parser, markers that must all be in the template), most specific first
 _SIGNS: tuple[tuple[str, tuple[str, ...]], ...] = (

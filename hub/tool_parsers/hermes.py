@@ -20,7 +20,7 @@ from typing import Any
 
 from skyhub.tools import ToolCall
 
-from . import ParsedTurn, ToolParser
+from .base import ParsedTurn, ToolParser
 
 START = "<tool_call>"
 # a closed tag, or (where none closes) an open one running to the end of the text

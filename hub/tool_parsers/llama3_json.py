@@ -16,7 +16,7 @@ from typing import Any
 
 from skyhub.tools import ToolCall
 
-from . import ParsedTurn, ToolParser
+from .base import ParsedTurn, ToolParser
 from .hermes import call_arguments
 
 _DECODER = json.JSONDecoder()

@@ -35,7 +35,7 @@ from typing import Any
 
 from skyhub.tools import ToolCall, find_tool
 
-from . import ParsedTurn, ToolParser
+from .base import ParsedTurn, ToolParser
 
 _CONTENT, _PREAMBLE, _NAME, _ARGS, _BETWEEN = range(5)
 # every marker vLLM's lexer knows: one without a move in the current state is plain text there,
