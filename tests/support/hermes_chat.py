@@ -1,7 +1,8 @@
 """A hermes-style chat template and a character-level tokenizer for the tool-layout tests
 (nothing downloaded).
 
-The template has the shape of Qwen2.5's: the tools as JSON lines in the system turn, each call
+The template has the shape of Qwen2.5's: the tools in the system turn (a line per tool: its
+name and its parameters' JSON schema, shorter than Qwen's whole schema), each call
 of an assistant turn as `<tool_call>{"name": ..., "arguments": ...}</tool_call>` (arguments
 through `tojson`), and consecutive tool messages in one user turn, each in `<tool_response>`.
 Turns are `<|role|>...<|end|>` as in `skyhub.trainer.tiny`. (transformers renders templates
@@ -27,8 +28,8 @@ HERMES_TEMPLATE = (
     "{%- set rest = messages[1:] %}{%- else %}{%- set system = '' %}"
     "{%- set rest = messages %}{%- endif %}"
     "{%- if tools %}<|system|>{{ system }}\nTools:"
-    "{%- for t in tools %}{{ '\\n' }}{{ t.function | tojson }}{%- endfor %}{{ '\\n' }}"
-    "Call one as <tool_call>{\"name\": NAME, \"arguments\": ARGS}</tool_call><|end|>"
+    "{%- for t in tools %}{{ '\\n' }}{{ t.function.name }}: "
+    "{{ t.function.parameters.properties | tojson }}{%- endfor %}<|end|>"
     "{%- elif system %}<|system|>{{ system }}<|end|>{%- endif %}"
     "{%- for m in rest %}"
     "{%- if m.role == 'assistant' %}<|assistant|>{{ m.content or '' }}"

@@ -112,7 +112,7 @@ def test_tool_calls_are_played_and_the_stream_is_the_templates_rendering(tok):
         # the prompt was rendered with the env's tools
         conv = ep.conversation
         assert [t["function"]["name"] for t in conv.tools] == ["lookup", "answer"]
-        assert '"name": "lookup"' in tok.decode(ep.token_ids[:ep.prompt_len])
+        assert 'lookup: {"key": ' in tok.decode(ep.token_ids[:ep.prompt_len])
         # the tool results are tool messages, one per call
         roles = [m["role"] for m in conv.messages]
         assert roles == ["system", "user", "assistant", "user", "assistant", "tool", "tool",
