@@ -131,13 +131,11 @@ class NoTools(skyhub.TextEnv):
                                                    reward_breakdown={"ok": ok})
 
 
-skyhub.register("test-eval-tools-none", NoTools)
-
-
-def test_tools_on_an_env_without_tools_is_a_usage_error() -> None:
+def test_tools_on_an_env_without_tools_is_a_usage_error(tmp_env_id: str) -> None:
+    skyhub.register(tmp_env_id, NoTools)
     with pytest.raises(UsageError, match="declares no tools"):
-        harness.run("test-eval-tools-none", load_agent("oracle"), n=1, tools=True)
-    summary, _ = harness.run("test-eval-tools-none", load_agent("nop"), n=1)
+        harness.run(tmp_env_id, load_agent("oracle"), n=1, tools=True)
+    summary, _ = harness.run(tmp_env_id, load_agent("nop"), n=1)
     assert summary.protocol == "text"
 
 
