@@ -147,7 +147,7 @@ def test_grpo_learns_to_call_a_tool_in_the_templates_format_with_exact_tokens():
         eval_tasks = [t.id for t in ReplyCall(n_tasks=48, seed=99).tasks]
         success: list[float] = []  # sampled, per step
         held: list[float] = []  # greedy, on held-out tasks, every 20 steps
-        parsed = 0
+        parsed = tool_replies = 0  # episodes: equal to the parsed rendering; with tool messages
         for step in range(400):
             batch = tasks[8 * step % len(tasks):][:8]
             episodes = rollout.run(batch, group_size=8, seed=step)
@@ -160,6 +160,7 @@ def test_grpo_learns_to_call_a_tool_in_the_templates_format_with_exact_tokens():
                 assert why is None or any(as_the_template_writes(t) != t
                                           for t in e.conversation.texts), why
                 parsed += why is None
+                tool_replies += any(m["role"] == "tool" for m in e.conversation.messages)
             learner.train_step(episodes, group_size=8)
             engine.update_weights(model.state_dict(), step + 1)
             if step % 20 == 19:
@@ -177,7 +178,9 @@ def test_grpo_learns_to_call_a_tool_in_the_templates_format_with_exact_tokens():
         torch.set_num_threads(threads)
     calls = [e for e in final if e.conversation.messages[2].get("tool_calls")]
     print(f"steps {len(success)}, sampled success every 20 steps {success[::20]}, greedy "
-          f"held-out {held}, streams equal to the parsed rendering {parsed}/{64 * len(success)}")
+          f"held-out {held}, streams equal to the parsed rendering {parsed}/{64 * len(success)}"
+          f", with tool messages {tool_replies}, last step's sampled success {success[-1]}")
     assert success[0] < 0.1  # chance: a random model almost never writes the call
+    assert tool_replies > 0  # calls of the other word were answered by tool messages
     assert held[-1] >= 0.9, (held, success[::20])
     assert len(calls) == len(final)  # it answers with the tool, in the template's format

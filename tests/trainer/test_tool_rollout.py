@@ -18,16 +18,17 @@ import pytest
 
 import skyhub
 from skyhub.errors import UsageError
+from skyhub.tool_parsers import get_parser
 from skyhub.trainer.config import load_config
 from skyhub.trainer.inference import Completion
 from skyhub.trainer.inference.hf import HFEngine
 from skyhub.trainer.rollout import Rollout, RolloutConfig
 from skyhub.trainer.tiny import tiny_model
 from skyhub.trainer.token_layout import ChatFormat
-from skyhub.trainer.tool_layout import check_exact
+from skyhub.trainer.tool_layout import ToolChat, check_exact
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
-from hermes_chat import char_tokenizer
+from hermes_chat import HERMES_TEMPLATE, char_tokenizer
 
 ENV = {"protocol": "tools", "max_turns": 5}
 
@@ -171,3 +172,21 @@ def test_tool_parser_settings(tok):
         assert auto.tools.parser.name == "hermes"  # the template's <tool_call>
     finally:
         venv.close()
+
+
+def test_a_template_that_renders_the_last_turn_differently_still_gets_its_delta():
+    # Qwen3's template writes an empty reasoning block in the last assistant turn only: the
+    # conversation before the tool messages is no prefix of the one after; the delta is then
+    # taken after the assistant turn's end.
+    tok = char_tokenizer(["<tool_call>", "</tool_call>"])
+    tok.chat_template = HERMES_TEMPLATE.replace(
+        "<|assistant|>{{ m.content or '' }}",
+        "<|assistant|>{% if loop.last %}<think></think>{% endif %}{{ m.content or '' }}")
+    tools = ToolChat(ChatFormat(tok), get_parser("hermes"))
+    conv, _ = tools.start("word: apple", None, None)
+    text = call("reply", "word", "apple")
+    tools.turn(conv, text, text)
+    replies = [{"role": "tool", "tool_call_id": "call_0", "name": "reply", "content": "ok"}]
+    ids = tools.reply_ids(conv, replies, agent_ended_turn=True)
+    assert tok.decode(ids, skip_special_tokens=False) == (
+        "<|user|><tool_response>ok</tool_response><|end|><|assistant|>")
