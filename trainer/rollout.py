@@ -257,14 +257,15 @@ class Rollout:
         ep.turns += 1
         ep.finish_reason = c.finish_reason
 
-    def _observe(self, ep: Trajectory, obs: str, info: dict[str, Any]) -> str | None:
+    def _observe(self, ep: Trajectory, obs: str, info: dict[str, Any] | None = None
+                 ) -> str | None:
         """An env result that did not end the episode: the observation's tokens, or why the
         episode is cut instead (out of turns: the safety cap; out of context)."""
         if self.turn_limit is not None and ep.turns >= self.turn_limit:
             return "max_turns_cap"
         last = ep.token_ids[-1]
         if ep.conversation is not None and self.tools is not None:
-            replies = self.tools.replies(ep.conversation, obs, info.get("tool_results"))
+            replies = self.tools.replies(ep.conversation, obs, (info or {}).get("tool_results"))
             ep.add(self.tools.reply_ids(ep.conversation, replies,
                                         last in self.chat.stop_token_ids), agent=False)
         elif self.one_message:
