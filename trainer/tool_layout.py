@@ -146,8 +146,17 @@ class ToolChat:
                   agent_ended_turn: bool) -> list[int]:
         """The ids after the agent's turn: the end of its message and `replies` (added to
         `conv`) as the template renders them, up to the next generation prompt."""
-        before = self.render(conv.messages, conv.tools, False)
-        after = self.render(conv.messages + replies, conv.tools, True)
+        from jinja2 import TemplateError  # transformers renders chat templates with jinja2
+
+        try:
+            before = self.render(conv.messages, conv.tools, False)
+            after = self.render(conv.messages + replies, conv.tools, True)
+        except TemplateError:
+            # The template refuses the turn as parsed (Llama 3.1's takes one call per turn):
+            # the turn is rendered as the model's text, so training goes on.
+            conv.messages[-1] = {"role": "assistant", "content": conv.texts[-1]}
+            before = self.render(conv.messages, conv.tools, False)
+            after = self.render(conv.messages + replies, conv.tools, True)
         if after.startswith(before):
             delta = after[len(before):]
         else:

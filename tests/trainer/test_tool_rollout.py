@@ -208,3 +208,19 @@ def test_training_runs_with_a_tool_parser(tmp_path):
     assert [r["step"] for r in s.metrics] == [1, 2]
     assert all(r["episodes"] == 4 and r["infra_errors"] == 0 and r["turns_mean"] >= 1
                for r in s.metrics)
+
+
+def test_a_turn_the_template_refuses_is_rendered_as_the_models_text(tok):
+    # Llama 3.1's template raises on more than one call per turn; parallel calls from the
+    # model must not stop training: that turn is rendered as the text the model wrote.
+    one_call = char_tokenizer(["<tool_call>", "</tool_call>"])
+    one_call.chat_template = ("{%- for m in messages %}{%- if m.tool_calls is defined and "
+                              "m.tool_calls | length > 1 %}{{ raise_exception('one call per "
+                              "turn') }}{%- endif %}{%- endfor %}" + HERMES_TEMPLATE)
+    rollout, episodes = play(LookupScript(one_call), one_call, tasks=1, group=1,
+                             max_tokens_per_turn=200)
+    (ep,) = episodes
+    assert ep.outcome == "success"  # the env got both calls
+    assert ep.conversation.messages[4] == {"role": "assistant",
+                                           "content": ep.conversation.texts[1]}
+    assert check_exact(rollout.tools, ep.conversation, ep.token_ids) is None
