@@ -3,8 +3,9 @@ actions as tag turns and as tool calls get the same verdict, on real kernels in 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,9 @@ from skyhub import ToolCall
 from skyhub.envs.python import protocol
 from skyhub.errors import UsageError
 from skyhub.eval.checks import check_env
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from scored_play import play
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -31,17 +35,6 @@ def math_env(docker_backend: str) -> Iterator[skyhub.TextEnv]:
     env = skyhub.make("python-math", backend=docker_backend, **KWARGS)
     yield env
     env.close()
-
-
-def play(env: skyhub.TextEnv, task_id: str, actions: list[Any]) -> tuple[Any, ...]:
-    """Play `actions` from a reset on `task_id` until the episode ends: what is scored."""
-    env.reset(options={"task_id": task_id})
-    for action in actions:
-        _obs, reward, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            break
-    return (reward, terminated, truncated, info["outcome"], info["infra_error"],
-            info["reward_breakdown"])
 
 
 def as_tags(calls: list[ToolCall]) -> list[str]:

@@ -3,8 +3,9 @@ tag turns and as tool calls get the same verdict, in real Docker sandboxes."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,9 @@ import skyhub
 from skyhub import ToolCall
 from skyhub.eval.checks import check_env
 from skyhub.shell.env import SYSTEM_PROMPT, TOOLS_SYSTEM_PROMPT
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from scored_play import play
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -30,17 +34,6 @@ def bundled(docker_backend: str) -> Iterator[skyhub.TextEnv]:
     env = skyhub.make("terminal", backend=docker_backend, **KWARGS)
     yield env
     env.close()
-
-
-def play(env: skyhub.TextEnv, task_id: str, actions: list[Any]) -> tuple[Any, ...]:
-    """Play `actions` from a reset on `task_id` until the episode ends: what is scored."""
-    env.reset(options={"task_id": task_id})
-    for action in actions:
-        _obs, reward, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            break
-    return (reward, terminated, truncated, info["outcome"], info["infra_error"],
-            info["reward_breakdown"], info.get("ended_by"))
 
 
 def as_tags(calls: list[ToolCall]) -> list[str]:
@@ -71,8 +64,8 @@ def test_tag_and_tool_episodes_of_terminal_synth_score_alike(synth: skyhub.TextE
                  ToolCall("b", "bash", {"command": "   "}), ToolCall("c", "done", {})],
                 [ToolCall(str(i), "bash", {"command": f"echo {i} >> notes.txt"})
                  for i in range(4)]):
-            by_tags = play(synth, task_id, as_tags(calls))
-            by_tools = play(synth, task_id, [[c] for c in calls])
+            by_tags = play(synth, task_id, as_tags(calls), "ended_by")
+            by_tools = play(synth, task_id, [[c] for c in calls], "ended_by")
             assert by_tools == by_tags, (task_id, calls)
             seen.add((by_tools[3], by_tools[6]))
     assert synth.unwrapped._sandbox.backend == "docker"
