@@ -29,6 +29,8 @@ Around the trainer:
     cli.py           `skyhub train` (found through the `skyhub.cli` entry point)
     tiny.py          a random tiny model and a locally trained tokenizer (no downloads)
     hf_agent.py      `skyhub eval --agent hf:PATH`: a local model as an eval agent
+    gateway_backend.py  the engines behind `skyhub gateway` (skyhub.gateway's Backend)
+    gateway_cli.py   `skyhub gateway --model ...` (found through the `skyhub.cli` entry point)
     openrlhf.py      the agent adapter for scaling out with OpenRLHF's Ray trainer
     tinker/          a Tinker-compatible training server (`skyhub tinker serve`)
 
