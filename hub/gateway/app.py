@@ -132,24 +132,26 @@ def create_app(gateway: Gateway) -> Any:
         base = str(request.base_url).rstrip("/")
         return {"id": session.id, "key": session.key, "base_url": f"{base}/s/{session.id}/v1"}
 
-    @app.get("/sessions/{sid}")
-    def read_session(sid: str, request: Request) -> Any:
+    def existing(request: Request, sid: str) -> tuple[Session | None, Any]:
+        """The session `sid` where the request may use it, else the refusal to send."""
         session = gateway.sessions.get(sid)
         if session is None:
-            return refuse(404, f"no session {sid!r} on this gateway", "not_found_error")
+            return None, refuse(404, f"no session {sid!r} on this gateway", "not_found_error")
         if not allowed(request, session):
-            return refuse(401, "missing or wrong key for this session",
-                          "authentication_error")
-        return session.to_json()
+            return None, refuse(401, "missing or wrong key for this session",
+                                "authentication_error")
+        return session, None
+
+    @app.get("/sessions/{sid}")
+    def read_session(sid: str, request: Request) -> Any:
+        session, refused = existing(request, sid)
+        return refused if session is None else session.to_json()
 
     @app.delete("/sessions/{sid}")
     def forget_session(sid: str, request: Request) -> Any:
-        session = gateway.sessions.get(sid)
+        session, refused = existing(request, sid)
         if session is None:
-            return refuse(404, f"no session {sid!r} on this gateway", "not_found_error")
-        if not allowed(request, session):
-            return refuse(401, "missing or wrong key for this session",
-                          "authentication_error")
+            return refused
         gateway.sessions.close(sid)
         return {"id": sid, "deleted": True}
 

@@ -254,6 +254,11 @@ def test_sessions_are_isolated_and_keys_are_checked(tok):
         assert [r["completion_ids"] for r in got["records"]] == [
             r.completion_ids for r in a.records]
         assert got["segments"][0]["mask"] == a.segments()[0].mask
+        wrong = httpx.delete(url, headers={"Authorization": f"Bearer {b.key}"})
+        assert wrong.status_code == 401 and gw.sessions.get(a.id) is a
+        assert httpx.delete(url, headers={"Authorization": f"Bearer {a.key}"}).json()[
+            "deleted"]
+        assert httpx.get(url, headers={"Authorization": f"Bearer {a.key}"}).status_code == 404
     finally:
         server.stop()
 
