@@ -14,11 +14,13 @@ import secrets
 from typing import Any
 
 from skyhub.gateway import Generation, Sampling
+from skyhub.gateway.sessions import text_of
 from skyhub.tool_parsers import ParsedTurn, ToolParser
 from skyhub.tools import ToolCall
 from skyhub.trainer.inference.engine import SamplingParams, submitter
 from skyhub.trainer.token_layout import ChatFormat
-from skyhub.trainer.tool_layout import Conversation, ToolChat, template_call, tool_parser
+from skyhub.trainer.tool_layout import Conversation, ToolChat, template_call
+from skyhub.trainer.tool_layout import tool_parser as tool_parser_of
 
 
 class _TextOnly(ToolParser):
@@ -34,10 +36,7 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
     """A request's message as the chat template takes it: text content, calls with their
     arguments as objects (`template_call`)."""
     out = {k: v for k, v in message.items() if k not in ("tool_calls", "content")}
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    out["content"] = content or ""
+    out["content"] = text_of(message.get("content"))
     if message.get("tool_calls"):
         out["tool_calls"] = [template_call(ToolCall.from_openai(c, k))
                              for k, c in enumerate(message["tool_calls"])]
@@ -66,9 +65,9 @@ class EngineBackend:
             from skyhub.tool_parsers.auto import auto_parser
 
             if auto_parser(tokenizer) is not None:
-                parser = _parser(tool_parser, tokenizer)
+                parser = tool_parser_of(tool_parser, tokenizer)
         elif tool_parser:
-            parser = _parser(tool_parser, tokenizer)
+            parser = tool_parser_of(tool_parser, tokenizer)
         self.parser_name = parser.name
         self.tool_chat = ToolChat(self.chat, parser)
         self._submit = submitter(engine)
@@ -107,12 +106,9 @@ class EngineBackend:
         return Generation(token_ids=ids, logprobs=list(c.logprobs), versions=list(c.versions),
                           finish_reason=c.finish_reason, content=parsed.content,
                           tool_calls=list(parsed.calls),
-                          tokens=[tok.decode([i], skip_special_tokens=False) for i in ids],
+                          tokens=tok.batch_decode([[i] for i in ids],
+                                                  skip_special_tokens=False),
                           ended_turn=ended, state=state)
-
-
-def _parser(name: str, tokenizer: Any) -> ToolParser:
-    return tool_parser(name, tokenizer)
 
 
 __all__ = ["EngineBackend"]

@@ -82,7 +82,7 @@ def create_app(gateway: Gateway) -> Any:
             _, refused = session_for(request, sid)
             if refused is not None:
                 return refused
-        elif not admin(request) and gateway.token is not None:
+        elif not admin(request):
             return refuse(401, "missing or wrong token", "authentication_error")
         return {"object": "list", "data": [{"id": gateway.backend.model, "object": "model",
                                             "created": 0, "owned_by": "skyhub"}]}

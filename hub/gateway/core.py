@@ -10,6 +10,7 @@ puts skyhub's engines (hf, vllm, the engine pool) behind it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import secrets
 import uuid
 from dataclasses import dataclass, field
@@ -151,7 +152,7 @@ class Gateway:
         tools, parse_calls = _tools(body)
         sampling = sampling_of(body)
         if not parse_calls:
-            sampling = Sampling(**{**sampling.__dict__, "parse_calls": False})
+            sampling = dataclasses.replace(sampling, parse_calls=False)
         found = session.extends(messages, tools)
         if found is not None:
             prev, after = found

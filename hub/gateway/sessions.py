@@ -91,7 +91,8 @@ def _arguments(args: Any) -> str:
     return json.dumps(args, sort_keys=True, ensure_ascii=False)
 
 
-def _content(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """A message's text: the string, or its text parts joined (OpenAI's content parts)."""
     if isinstance(content, list):  # content parts: the text ones, in order
         return "".join(str(p.get("text", "")) for p in content
                        if isinstance(p, dict) and p.get("type", "text") == "text")
@@ -106,7 +107,7 @@ def message_key(message: dict[str, Any], *, call_ids: bool = True) -> tuple[Any,
         fn = c.get("function") or {}
         calls.append((c.get("id") if call_ids else None, fn.get("name"),
                       _arguments(fn.get("arguments"))))
-    return (message.get("role"), _content(message.get("content")), tuple(calls),
+    return (message.get("role"), text_of(message.get("content")), tuple(calls),
             message.get("tool_call_id"), message.get("name"))
 
 
@@ -206,4 +207,4 @@ class SessionStore:
             return list(self._sessions)
 
 
-__all__ = ["Record", "Segment", "Session", "SessionStore", "message_key"]
+__all__ = ["Record", "Segment", "Session", "SessionStore", "message_key", "text_of"]

@@ -381,3 +381,18 @@ def test_the_gateway_command_serves_a_saved_model(tmp_path, tokenizer, model):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_tool_choice_none_returns_the_call_as_text(tok):
+    call = '<tool_call>{"name": "lookup", "arguments": {"key": "k7"}}</tool_call>'
+    engine = Script(tok, [call])
+    _, server = served(engine, tok)
+    try:
+        r = client(server).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "k7?"}], tools=TOOLS,
+            tool_choice="none")
+        assert r.choices[0].message.tool_calls is None
+        assert r.choices[0].message.content == call
+        assert r.choices[0].finish_reason == "stop"
+    finally:
+        server.stop()
