@@ -1,0 +1,81 @@
+"""The `builtin` harness through a real gateway with a scripted model: the env gives the
+reward, every turn is re-sent with its sampled ids (the episode is one segment), in the text
+protocol and in native tool calls."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openai")
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from scripted_gateway import scripted_gateway  # noqa: E402
+
+import skyhub  # noqa: E402
+from skyhub.errors import UsageError  # noqa: E402
+from skyhub.harness import load_harness, run_episode  # noqa: E402
+
+
+def _lookup_then_answer(prompt: str) -> str:
+    """toy-lookup in its tags: look the asked key up, then answer with the value seen."""
+    seen = re.findall(r"<result>(?!\.\.\.)(.*?)</result>", prompt)
+    if seen:
+        return f"<answer>{seen[-1]}</answer>"
+    return f"<lookup>{re.findall(r'key (k[0-9]+)', prompt)[-1]}</lookup>"
+
+
+def _tool_lookup_then_answer(prompt: str) -> str:
+    seen = re.findall(r"<tool_response>(.*?)</tool_response>", prompt, re.S)
+    if seen:
+        value = re.sub(r" \(\d+ turns? left\)$", "", seen[-1].strip())
+        call = {"name": "answer", "arguments": {"value": value}}
+    else:
+        call = {"name": "lookup", "arguments": {"key": re.findall(r"key (k[0-9]+)",
+                                                                  prompt)[-1]}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
+@pytest.mark.parametrize("protocol,reply", [("tags", _lookup_then_answer),
+                                            ("tools", _tool_lookup_then_answer)])
+def test_builtin_scores_what_the_env_scores_and_records_one_segment(protocol, reply):
+    with scripted_gateway(reply) as gw:
+        harness = load_harness("builtin")
+        rewards = []
+        for seed in range(3):
+            env = skyhub.make("toy-lookup", protocol=protocol)
+            session, endpoint = gw.session()
+            try:
+                ep = run_episode(harness, env, endpoint, seed=seed)
+            finally:
+                env.close()
+            rewards.append(ep.total_reward)
+            assert len(ep.actions) == 2 and ep.terminated and not ep.infra_error
+            # both requests re-sent the first turn as the gateway answered it: one segment,
+            # whose sampled tokens are exactly the two replies' ids
+            assert [r.reused_ids > 0 for r in session.records] == [False, True]
+            (seg,) = session.segments()
+            sampled = [t for t, m in zip(seg.token_ids, seg.mask, strict=True) if m]
+            assert sampled == [i for r in session.records for i in r.completion_ids]
+        assert rewards == [1.0, 1.0, 1.0]
+
+
+def test_a_dead_endpoint_is_an_infra_error_not_a_zero():
+    from skyhub.harness import Endpoint
+
+    env = skyhub.make("toy-lookup")
+    try:
+        ep = run_episode(load_harness("builtin", request_timeout=2.0), env,
+                         Endpoint("http://127.0.0.1:9/v1", "k", "m"), seed=0)
+    finally:
+        env.close()
+    assert ep.infra_error and ep.error_source == "agent"
+
+
+def test_an_unknown_harness_names_the_choices():
+    with pytest.raises(UsageError, match="builtin, terminus, mini-swe-agent"):
+        load_harness("claude-code")
