@@ -110,7 +110,7 @@ class Harness(abc.ABC):
     def play(self, play: Play, endpoint: Endpoint) -> None:
         """Play one episode to its end (or give up: `run_episode` then cuts it)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: most harnesses hold nothing
         """Free what the harness holds across episodes (default: nothing)."""
 
 

@@ -14,11 +14,11 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
-from scripted_gateway import scripted_gateway  # noqa: E402
+from scripted_gateway import scripted_gateway
 
-import skyhub  # noqa: E402
-from skyhub.errors import UsageError  # noqa: E402
-from skyhub.harness import load_harness, run_episode  # noqa: E402
+import skyhub
+from skyhub.errors import UsageError
+from skyhub.harness import load_harness, run_episode
 
 
 def _lookup_then_answer(prompt: str) -> str:

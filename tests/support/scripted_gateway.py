@@ -50,7 +50,7 @@ class ScriptedEngine:
             return f
         unk = self.tokenizer.unk_token_id
         ids = [i for i in (self.tokenizer.convert_tokens_to_ids(ch) for ch in out) if i != unk]
-        ids = ids[:params.max_tokens - 1] + [self.tokenizer.eos_token_id]
+        ids = [*ids[:params.max_tokens - 1], self.tokenizer.eos_token_id]
         f.set_result(Completion(ids, [-0.5] * len(ids), [self.version] * len(ids), "stop",
                                 self.tokenizer.decode(ids, skip_special_tokens=True)))
         return f
