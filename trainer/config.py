@@ -94,6 +94,16 @@ class RolloutConfig:
     # The share of each rollout GPU's memory vLLM may take: null lets the layout choose
     # (see `skyhub.trainer.placement`: less when the engines share the learner's GPUs).
     gpu_memory_utilization: float | None = None
+    # The agent loop (skyhub.harness): null plays episodes with the rollout's own loop above;
+    # a harness name ("builtin", "terminus", "mini-swe-agent", "command:...") plays each
+    # episode with that harness against a gateway in front of the engine
+    # (skyhub.trainer.harness_rollout), the tokens taken from what the gateway recorded.
+    harness: str | None = None
+    harness_kwargs: dict[str, Any] = field(default_factory=dict)  # the harness's constructor
+    # Step-wise training (skyhub.trainer.stepwise): each segment of a harness episode (a
+    # summary or a sub-agent starts a new one) is its own sample, carrying the episode's
+    # advantage. false: an episode trains on its last segment only.
+    stepwise: bool = False
 
 
 @dataclass

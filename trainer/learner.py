@@ -59,6 +59,7 @@ from skyhub.trainer.policy import (
     shard_policy,
 )
 from skyhub.trainer.rollout import Trajectory
+from skyhub.trainer.stepwise import check_algo, expand
 
 ESTIMATORS = {"grpo": A.grpo_advantages, "dr_grpo": A.dr_grpo_advantages,
               "rloo": A.rloo_advantages}  # per group; reinforce++ and gae: over the batch
@@ -174,7 +175,11 @@ class Learner:
                                                                episodes))}
         if not valid:
             return {**metrics, "skipped": 1.0}
-        ref_lp = self.logprobs(valid, self.ref) if self.ref is not None else None
+        stepwise = any(e.parts for e in valid)
+        if stepwise:
+            check_algo(self.algo)
+        ref_lp = self.logprobs(valid, self.ref) if self.ref is not None and not stepwise \
+            else None
         rewards = {id(e): torch.tensor(float(e.reward)) for e in valid}
         penalties: dict[int, Tensor] = {}
         if ref_lp is not None and self.algo.kl_in_reward:
@@ -186,6 +191,11 @@ class Learner:
                 rewards[id(e)] = rewards[id(e)] - penalties[id(e)].sum()
             metrics["kl_penalty"] = float(sum(p.sum() for p in penalties.values()) / len(valid))
         adv = self._episode_advantages(valid, group_size, rewards)
+        if stepwise:  # the episodes' advantages, each on every sample of its episode
+            valid, adv = expand(valid, adv)
+            metrics["samples"] = float(len(valid))
+            if self.ref is not None:
+                ref_lp = self.logprobs(valid, self.ref)
         extra = {id(e): {"adv": adv[id(e)]} for e in valid}
         if ref_lp is not None:
             for e, lp in zip(valid, ref_lp, strict=True):

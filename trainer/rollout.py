@@ -88,6 +88,9 @@ class Trajectory:
     episode: Episode | None = None  # the episode as text (what the env saw and said)
     # rollout.tool_parser: the conversation as the chat template renders it (tool_layout)
     conversation: Conversation | None = None
+    # step-wise samples (skyhub.trainer.stepwise): one per segment of a harness episode, each
+    # with the episode's advantage; empty: the episode is one sample (its own tokens)
+    parts: list[Trajectory] = field(default_factory=list, repr=False)
 
     def to_record(self, index: int, *, env_id: str, env_kwargs: dict[str, Any],
                   agent: str) -> dict[str, Any]:
