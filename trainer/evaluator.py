@@ -11,7 +11,7 @@ from typing import Any
 import skyhub
 from skyhub.task import spread_sample
 from skyhub.trainer.config import TrainConfig
-from skyhub.trainer.rollout import Rollout
+from skyhub.trainer.harness_rollout import make_rollout
 from skyhub.trainer.stats import episode_metrics
 
 
@@ -45,7 +45,7 @@ class Evaluator:
             venv = skyhub.make_vec(self.env_id, max(1, min(n, self.rollout_cfg.max_in_flight
                                                            or n)),
                                    autoreset_mode="disabled", **self.kwargs)
-            self._rollout = Rollout(venv, self.engine, self.chat, self.rollout_cfg)
+            self._rollout = make_rollout(venv, self.engine, self.chat, self.rollout_cfg)
         size = self.cfg.loop.eval_batch_size or len(self._tasks)
         episodes = self._episodes = [  # batch after batch, each finished before the next
             e for k in range(0, len(self._tasks), size)

@@ -44,13 +44,14 @@ from skyhub.trainer import dist as D
 from skyhub.trainer.checkpoint import export_model
 from skyhub.trainer.config import TrainConfig, to_dict, to_yaml
 from skyhub.trainer.evaluator import Evaluator
+from skyhub.trainer.harness_rollout import make_rollout
 from skyhub.trainer.inference import make_engine
 from skyhub.trainer.inference.startup import build_engines
 from skyhub.trainer.learner import Learner, learner_algo, serve_learner
 from skyhub.trainer.memory import run_plan
 from skyhub.trainer.placement import check_rollout_settings
 from skyhub.trainer.policy import compute_dtype, enable_checkpointing
-from skyhub.trainer.rollout import Rollout, norm_len
+from skyhub.trainer.rollout import norm_len
 from skyhub.trainer.run_log import RunLog
 from skyhub.trainer.stats import episode_metrics, informative, throughput
 from skyhub.trainer.tiny import env_corpus, tiny_model, train_tokenizer
@@ -376,7 +377,7 @@ def run(cfg: TrainConfig, live: bool | None = None) -> RunSummary:
         evaluator = Evaluator(cfg, chat, make_engine(r.engine, model, tokenizer, seed=0)
                               if asynchronous and r.engine == "hf" else engine, rollout_cfg)
         stack.callback(evaluator.close)
-        rollout = Rollout(venv, engine, chat, rollout_cfg)
+        rollout = make_rollout(venv, engine, chat, rollout_cfg)
         stack.callback(rollout.close)
         log = RunLog(out, total, live=live, tensorboard=cfg.loop.tensorboard,
                      wandb_project=cfg.loop.wandb_project, config=to_dict(cfg),

@@ -110,11 +110,11 @@ def test_a_summary_starts_a_second_sample_with_the_episodes_advantage():
 @pytest.mark.parametrize("algo", [{"advantage": "reinforce++"}, {"advantage": "gae"},
                                   {"kl_in_reward": True, "kl_coef": 0.1}])
 def test_settings_that_need_whole_sequences_are_refused(algo):
-    with pytest.raises(UsageError, match="rollout.stepwise"):
+    with pytest.raises(UsageError, match=r"rollout\.stepwise"):
         check_algo(AlgoConfig(**algo))
     split = episodes(4)
     for e in split:
         e.parts = per_turn(e)
     if algo.get("advantage") != "gae":  # (gae needs a critic the test does not build)
-        with pytest.raises(UsageError, match="rollout.stepwise"):
+        with pytest.raises(UsageError, match=r"rollout\.stepwise"):
             grads(split, **algo)
