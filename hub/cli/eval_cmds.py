@@ -127,6 +127,21 @@ def _agent(spec: str, seed: int, **options: Any) -> Any:
         raise typer.BadParameter(str(e), param_hint="--agent") from None
 
 
+def _harness_agent(harness: str, spec: str, **options: Any) -> Any:
+    """`--harness NAME -a openai:MODEL`: the harness as the run's agent."""
+    from skyhub.eval.harness_agent import HarnessAgent
+
+    kind, _, model = spec.partition(":")
+    if kind != "openai" or not model:
+        raise typer.BadParameter(f"--harness {harness} drives a model over the OpenAI API: "
+                                 "pass --agent openai:MODEL (with --gateway or --base-url)",
+                                 param_hint="--agent")
+    kwargs = {k: options.pop(k) for k in ("temperature", "max_tokens")}
+    if harness == "builtin":
+        options.update({k: v for k, v in kwargs.items() if v is not None})
+    return HarnessAgent(harness, model, **options)
+
+
 def _default_out(env_id: str, agent: str) -> Path:
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", agent).strip("_")[:60]
     return Path("runs") / "eval" / f"{env_id}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -296,6 +311,18 @@ def run_cmd(
         help="With --resume: re-run only the infra errors of this type (repeatable, e.g. "
              "SandboxUnavailable, AgentError); default: every infra error.")] = None,
     tools: ToolsOpt = None,
+    harness: Annotated[str | None, typer.Option(
+        show_default=False,
+        help="Play each episode with this agent loop (skyhub.harness: builtin, terminus, "
+             "mini-swe-agent, or command:'PROGRAM' using OPENAI_BASE_URL); --agent "
+             "openai:MODEL names its model, reached through --gateway or --base-url.")] = None,
+    gateway: Annotated[str | None, typer.Option(
+        show_default=False,
+        help="With --harness: a `skyhub gateway` URL (e.g. http://127.0.0.1:8100); each "
+             "episode gets its own session there, which records its exact tokens.")] = None,
+    gateway_token: Annotated[str | None, typer.Option(
+        show_default=False,
+        help="The gateway's token (default: $SKYHUB_GATEWAY_TOKEN).")] = None,
 ) -> None:
     """Evaluate an agent on an env (episodes concurrently), then a table and a report.
 
@@ -323,9 +350,20 @@ def run_cmd(
     if filter_error_type and not resume:
         raise typer.BadParameter("--filter-error-type chooses what --resume re-runs: add "
                                  "--resume --out RUN_DIR", param_hint="--filter-error-type")
-    the_agent = _agent(agent_spec(agent, model), seed, base_url=base_url, api_key=api_key,
-                       temperature=temperature, max_tokens=max_tokens, timeout=timeout,
-                       attempt_timeout=attempt_timeout, max_retries=max_retries, stop=stop)
+    if harness is not None:
+        the_agent = _harness_agent(harness, agent_spec(agent, model), gateway=gateway,
+                                   gateway_token=gateway_token, base_url=base_url,
+                                   api_key=api_key, temperature=temperature,
+                                   max_tokens=max_tokens)
+    elif gateway is not None:
+        raise typer.BadParameter("--gateway is where a --harness's model is: add --harness "
+                                 "(e.g. builtin), or use --base-url for an agent",
+                                 param_hint="--gateway")
+    else:
+        the_agent = _agent(agent_spec(agent, model), seed, base_url=base_url,
+                           api_key=api_key, temperature=temperature, max_tokens=max_tokens,
+                           timeout=timeout, attempt_timeout=attempt_timeout,
+                           max_retries=max_retries, stop=stop)
     out = out if out is not None else _default_out(env_id, the_agent.name)
     console = _console()
     try:

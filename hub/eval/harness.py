@@ -136,8 +136,8 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
             if todo:
                 plan = [(order[k // attempts], k // attempts, k % attempts)
                         for k in range(total)]
-                _EvalLoop(venv, tasks, plan, agent, seed, max_steps, finished,
-                          protocol).run(todo)
+                loop = _HarnessLoop if getattr(agent, "plays_episodes", False) else _EvalLoop
+                loop(venv, tasks, plan, agent, seed, max_steps, finished, protocol).run(todo)
         except BaseException:  # Ctrl-C, a crash: the summary says what finished
             if run_dir is not None and not run_dir.discard_if_empty():
                 summary()
@@ -257,6 +257,62 @@ class _EvalLoop:
         except BaseException as e:  # raised again by the driver's thread
             reply = e
         post(reply, time.perf_counter() - t)
+
+
+class _HarnessLoop(_EvalLoop):
+    """An evaluation whose agent plays whole episodes (`skyhub.eval.harness_agent`): one
+    thread per env of the VectorEnv, each leasing its env to one episode at a time through
+    `EnvSlot`."""
+
+    def run(self, todo: list[int]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(self.venv.num_envs):
+            free.put(slot)
+        self.agent.harness.check(EnvSlot(self.venv, 0))
+
+        def play(k: int) -> None:
+            planned, slot = self._episode(k), free.get()
+            try:
+                t = time.perf_counter()
+                ep = self.agent.play_episode(EnvSlot(self.venv, slot), seed=planned.seed,
+                                             options=None if planned.task_id is None else
+                                             {"task_id": planned.task_id})
+                ep.latency_s = ep.agent_s = time.perf_counter() - t
+                record = self.venv.call("task_record", env_ids=[slot])[0] or {}
+            finally:
+                free.put(slot)
+            ep.index, ep.seed, ep.task_index, ep.attempt = (
+                planned.index, planned.seed, planned.task_index, planned.attempt)
+            ep.meta = {**planned.meta, **ep.meta}
+            ep.question, ep.expected = record.get("question"), record.get("expected")
+            self.on_finished(ep)
+
+        with ThreadPoolExecutor(min(self.venv.num_envs, len(todo)) or 1,
+                                thread_name_prefix="skyhub-harness") as pool:
+            for f in [pool.submit(play, k) for k in todo]:
+                f.result()
+
+
+class EnvSlot:
+    """Env `slot` of a VectorEnv as an env object: its calls and attributes go through the
+    VectorEnv (what a harness acts on in `skyhub eval`)."""
+
+    def __init__(self, venv: Any, slot: int) -> None:
+        self._venv, self._slot = venv, slot
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> Any:
+        return self._venv.call("reset", seed=seed, options=options, env_ids=[self._slot])[0]
+
+    def step(self, action: Any) -> Any:
+        return self._venv.call("step", action, env_ids=[self._slot])[0]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._venv.get_attr(name, env_ids=[self._slot])[0]
 
 
 class _EnvCalls:

@@ -4,8 +4,6 @@ protocol and in native tool calls."""
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 from pathlib import Path
 
@@ -14,34 +12,15 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
-from scripted_gateway import scripted_gateway
+from scripted_gateway import lookup_then_answer, scripted_gateway, tool_lookup_then_answer
 
 import skyhub
 from skyhub.errors import UsageError
 from skyhub.harness import load_harness, run_episode
 
 
-def _lookup_then_answer(prompt: str) -> str:
-    """toy-lookup in its tags: look the asked key up, then answer with the value seen."""
-    seen = re.findall(r"<result>(?!\.\.\.)(.*?)</result>", prompt)
-    if seen:
-        return f"<answer>{seen[-1]}</answer>"
-    return f"<lookup>{re.findall(r'key (k[0-9]+)', prompt)[-1]}</lookup>"
-
-
-def _tool_lookup_then_answer(prompt: str) -> str:
-    seen = re.findall(r"<tool_response>(.*?)</tool_response>", prompt, re.S)
-    if seen:
-        value = re.sub(r" \(\d+ turns? left\)$", "", seen[-1].strip())
-        call = {"name": "answer", "arguments": {"value": value}}
-    else:
-        call = {"name": "lookup", "arguments": {"key": re.findall(r"key (k[0-9]+)",
-                                                                  prompt)[-1]}}
-    return f"<tool_call>{json.dumps(call)}</tool_call>"
-
-
-@pytest.mark.parametrize("protocol,reply", [("tags", _lookup_then_answer),
-                                            ("tools", _tool_lookup_then_answer)])
+@pytest.mark.parametrize("protocol,reply", [("tags", lookup_then_answer),
+                                            ("tools", tool_lookup_then_answer)])
 def test_builtin_scores_what_the_env_scores_and_records_one_segment(protocol, reply):
     with scripted_gateway(reply) as gw:
         harness = load_harness("builtin")

@@ -15,6 +15,8 @@ template's end-of-turn token. The engine behind the gateway is skyhub's `EngineB
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -82,3 +84,24 @@ def scripted_gateway(reply: Callable[[str], str], *, tool_parser: str | None = "
         yield ScriptedGateway(gw, server, engine)
     finally:
         server.stop()
+
+
+# Scripts for toy-lookup (a question about one key; look it up, then answer what was seen).
+
+def lookup_then_answer(prompt: str) -> str:
+    """toy-lookup in its tags: look the asked key up, then answer with the value seen."""
+    seen = re.findall(r"<result>(?!\.\.\.)(.*?)</result>", prompt)
+    if seen:
+        return f"<answer>{seen[-1]}</answer>"
+    return f"<lookup>{re.findall(r'key (k[0-9]+)', prompt)[-1]}</lookup>"
+
+
+def tool_lookup_then_answer(prompt: str) -> str:
+    seen = re.findall(r"<tool_response>(.*?)</tool_response>", prompt, re.S)
+    if seen:
+        value = re.sub(r" \(\d+ turns? left\)$", "", seen[-1].strip())
+        call = {"name": "answer", "arguments": {"value": value}}
+    else:
+        call = {"name": "lookup", "arguments": {"key": re.findall(r"key (k[0-9]+)",
+                                                                  prompt)[-1]}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
