@@ -25,7 +25,7 @@ import hmac
 import uuid
 from typing import Any
 
-from skyhub.errors import UsageError
+from skyhub.errors import AgentError, UsageError
 from skyhub.gateway.core import Gateway
 from skyhub.gateway.sessions import Session
 from skyhub.gateway.wire import completion_body, error_body, stream_events
@@ -96,6 +96,8 @@ def create_app(gateway: Gateway) -> Any:
             record = gateway.complete(session, body)
         except UsageError as e:
             return refuse(400, str(e))
+        except AgentError as e:  # the upstream (eval mode) failed
+            return refuse(502, str(e), "upstream_error")
         model = str(body.get("model") or gateway.backend.model)
         headers = {"X-Session-ID": session.id}
         logprobs = bool(body.get("logprobs"))

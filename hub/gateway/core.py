@@ -50,6 +50,7 @@ class Generation:
     tokens: list[str] = field(default_factory=list)
     ended_turn: bool = False
     state: Any = None
+    usage: dict[str, int] | None = None  # an upstream's counts, where there are no ids
 
 
 class Backend(Protocol):
@@ -177,7 +178,7 @@ class Gateway:
                         versions=list(gen.versions),
                         finish_reason="tool_calls" if calls else gen.finish_reason,
                         reply=reply, reused_ids=reused, ended_turn=gen.ended_turn,
-                        tokens=list(gen.tokens), state=gen.state)
+                        tokens=list(gen.tokens), usage=gen.usage, state=gen.state)
         session.add(record)
         return record
 

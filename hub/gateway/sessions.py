@@ -44,6 +44,7 @@ class Record:
     reused_ids: int = 0  # how many prompt ids came from earlier records, not the template
     ended_turn: bool = False  # the model sampled its end-of-turn token (the last id)
     tokens: list[str] = field(default_factory=list)  # each sampled id's text
+    usage: dict[str, int] | None = None  # an upstream's token counts (eval mode: no ids)
     created: float = field(default_factory=time.time)
     state: Any = field(default=None, repr=False)  # the backend's conversation after the reply
 

@@ -25,6 +25,8 @@ def _logprobs(record: Record) -> dict[str, Any]:
 
 
 def usage(record: Record) -> dict[str, int]:
+    if record.usage is not None:  # an upstream's own count (no token ids here)
+        return dict(record.usage)
     p, c = len(record.prompt_ids), len(record.completion_ids)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
