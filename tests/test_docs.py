@@ -92,6 +92,7 @@ CLAIMED = {
         "test_dry_run_block_is_what_the_command_prints",
     "docs/sharing.md # Sharing and serving environments [bash 1]": "test_sharing_commands_run",
     "docs/tinker.md # The Tinker API [bash 1]": "test_tinker_page_runs",
+    "docs/harnesses.md ## Training with a harness [bash 1]": "test_harness_training_runs",
     "docs/tinker.md # The Tinker API [python 1]": "test_tinker_page_runs",
     "docs/openrlhf.md ## 2. Export the prompts [bash 1]": "test_openrlhf_export_runs",
     "docs/openrlhf.md ## 2. Export the prompts [python 1]": "test_openrlhf_export_runs",
@@ -104,6 +105,10 @@ NOT_RUN = {
         "MY_TASKS stands for the reader's own tasks; the same commands on bundled tasks are "
         "tests/envs/harbor/test_harbor_fidelity.py's",
     "docs/development.md # Development [bash 1]": "runs the test suite itself",
+    "docs/harnesses.md ## Evaluating with a harness [bash 1]":
+        "./my-model stands for the reader's model, and a gateway left serving in the "
+        "background; the same eval with a scripted model behind a gateway is "
+        "tests/harness/test_mini_swe_agent.py's and tests/harness/test_eval_harness.py's",
     "docs/openrlhf.md ## 1. Install [bash 1]": "needs CUDA (flash-attn, deepspeed)",
     "docs/openrlhf.md ## 4. Launch: GRPO, mirroring SkyRL-SQL [bash 1]": "needs GPUs",
     "docs/openrlhf.md ## 4. Launch: GRPO, mirroring SkyRL-SQL [bash 2]": "needs a Ray cluster",
@@ -238,6 +243,18 @@ def test_training_commands_run(tmp_path: Path) -> None:
     assert (tmp_path / "runs/tiny-cpu/metrics.jsonl").is_file()
     steps = (tmp_path / "runs/try2/metrics.jsonl").read_text().splitlines()
     assert len(steps) == 2  # the resumed run added its step after the first run's
+
+
+def test_harness_training_runs(tmp_path: Path) -> None:
+    """docs/harnesses.md's training command, cut to one small step."""
+    pytest.importorskip("torch")
+    pytest.importorskip("openai")
+    small = ["loop.max_steps=1", "loop.eval_every=0", "rollout.samples_per_prompt=2",
+             "optim.train_batch_size=2", "optim.mini_batch_size=2", "env.num_envs=2",
+             "loop.tensorboard=false"]
+    for line, argv in commands(block("docs/harnesses.md ## Training with a harness [bash 1]")):
+        run_skyhub(line, [*argv[1:], *small], tmp_path)
+    assert len((tmp_path / "runs/tiny-cpu/metrics.jsonl").read_text().splitlines()) == 1
 
 
 def test_eval_commands_run(tmp_path: Path) -> None:
