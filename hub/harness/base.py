@@ -119,8 +119,10 @@ def run_episode(harness: Harness, env: Any, endpoint: Endpoint, *, seed: int | N
     """Reset `env` (with `seed` and `options`, e.g. `{"task_id": ...}`), let `harness` play it
     against `endpoint`, and return the recorded episode. The model server failing (an
     `openai` connection or server error, `AgentError`) ends the episode as an infra error with
-    `error_source="agent"`; a harness that returns before the env ended the episode leaves it
-    cut (`cut="harness"`, a failure). Anything else a harness raises is a bug and propagates."""
+    `error_source="agent"`; a request the model's server refuses (HTTP 400: e.g. a context
+    overflow) cuts the episode (`cut="model_rejected"`, a failure: the agent's doing), as does a
+    harness that returns before the env ended the episode (`cut="harness"`). Anything else a
+    harness raises is a bug and propagates."""
     obs, info = env.reset(seed=seed, options=options)
     episode = Episode.start(env, obs, info)
     if seed is not None:
@@ -129,6 +131,12 @@ def run_episode(harness: Harness, env: Any, endpoint: Endpoint, *, seed: int | N
     try:
         harness.play(play, endpoint)
     except Exception as exc:
+        if _rejected(exc):  # e.g. the conversation outgrew the model's context: the agent's
+            log.info("harness %s: the model refused a request: %s", harness.name, exc)
+            if not episode.done:
+                episode.truncated, episode.cut = True, "model_rejected"
+            episode.meta["model_rejected"] = str(exc)[:500]
+            return episode
         if not _model_failure(exc):
             raise
         log.warning("harness %s: the model endpoint failed: %s", harness.name, exc)
@@ -140,6 +148,17 @@ def run_episode(harness: Harness, env: Any, endpoint: Endpoint, *, seed: int | N
     if not episode.done:
         episode.truncated, episode.cut = True, "harness"
     return episode
+
+
+def _rejected(exc: BaseException) -> bool:
+    """A 400 from the model's server (the request, not the server, is at fault: a context
+    overflow, a prompt the server refuses); `openai`'s error or one derived from it (litellm's
+    subclasses it)."""
+    try:
+        import openai
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, openai.BadRequestError)
 
 
 def _model_failure(exc: BaseException) -> bool:

@@ -58,3 +58,21 @@ def test_a_dead_endpoint_is_an_infra_error_not_a_zero():
 def test_an_unknown_harness_names_the_choices():
     with pytest.raises(UsageError, match="builtin, terminus, mini-swe-agent"):
         load_harness("claude-code")
+
+
+def test_a_request_the_server_refuses_cuts_the_episode_as_a_failure():
+    """HTTP 400 (e.g. the conversation outgrew the context) is the agent's doing: the episode
+    is cut and fails, neither an infra error nor a crash."""
+    from openai_server import ScriptedOpenAIServer
+
+    from skyhub.harness import Endpoint
+
+    with ScriptedOpenAIServer(lambda m: "x", reject=lambda body: "context too long") as server:
+        env = skyhub.make("toy-lookup")
+        try:
+            ep = run_episode(load_harness("builtin"), env,
+                             Endpoint(server.base_url, "k", "m"), seed=0)
+        finally:
+            env.close()
+    assert ep.cut == "model_rejected" and ep.outcome == "failure" and not ep.infra_error
+    assert "context too long" in ep.meta["model_rejected"]
