@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -227,3 +228,48 @@ def test_it_plays_shell_envs_only():
 ])
 def test_command_result_reads_the_shell_envs_observation(observation, expected):
     assert command_result(observation) == expected
+
+
+def _skyhub(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "skyhub.cli.main", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_cli_eval_terminal_synth_with_mini_swe_agent(synth, backend, tmp_path):
+    """`skyhub eval terminal-synth --harness mini-swe-agent`, the scripted model behind a
+    gateway (one session per episode): every task solved, scored by the env."""
+    plans = {t.prompt: [t.answer.strip(), SUBMIT] for t in synth.tasks}
+    with scripted_gateway(_script(plans)) as gw:
+        out = _skyhub("eval", "terminal-synth", f"backend={backend}", "seed=0", "n_tasks=6",
+                      "max_turns=8", "--harness", "mini-swe-agent", "--agent",
+                      "openai:scripted", "--gateway", gw.url, "--n", "4", "--concurrency", "2",
+                      "--out", str(tmp_path / "run"), "--no-report")
+        assert out.returncode == 0, out.stderr[-3000:]
+        records = [json.loads(x) for x in
+                   (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+        assert len(records) == 4 and all(r["reward"] == 1.0 for r in records)
+        for r in records:  # the trajectory is in the episode's gateway session
+            session = gw.gateway.sessions.get(r["meta"]["gateway_session"])
+            assert len(session.records) == 2 and len(session.segments()) == 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["accuracy"] == 1.0 and summary["infra_errors"] == 0
+
+
+def test_three_training_steps_with_mini_swe_agent(tmp_path):
+    """`skyhub train` with rollout.harness=mini-swe-agent: the tiny random model behind the
+    trainer's own gateway; its replies are cut at the token limit, which mini-swe-agent drops
+    from its history (a new segment per request), so step-wise samples outnumber episodes."""
+    pytest.importorskip("torch")
+    out = _skyhub("train", "--recipe", "tiny-cpu", "--env", "terminal-synth", "--out",
+                  str(tmp_path / "run"), "env.kwargs.backend=local",
+                  "rollout.harness=mini-swe-agent", "rollout.stepwise=true",
+                  "rollout.max_tokens_per_turn=8", "rollout.max_input_tokens=4096",
+                  "rollout.samples_per_prompt=2", "optim.train_batch_size=1",
+                  "optim.mini_batch_size=1", "env.num_envs=2", "loop.max_steps=3",
+                  "loop.eval_every=0", "loop.tensorboard=false")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["episodes"] == 2 and r["infra_errors"] == 0 for r in rows)
+    assert all(r["samples"] > r["episodes"] and r["requests"] >= r["samples"] for r in rows)
