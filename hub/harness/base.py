@@ -81,7 +81,17 @@ class Play:
 
             raise UsageError("the episode has ended: a harness must stop stepping once "
                              "`play.done` is true")
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except Exception as exc:  # the env's infrastructure: the episode ends, not the run
+            from skyhub.errors import InfraError
+
+            self.episode.add(action, "", 0.0, False, True, infra_error_info(
+                f"env failed: {type(exc).__name__}: {exc}", self.episode.task_id,
+                len(self.episode.actions) + 1, traceback.format_exc()))
+            self.episode.error_source = "env"
+            raise InfraError(f"the env failed ({type(exc).__name__}: {exc}); the episode "
+                             "ended as an infra error") from exc
         self.episode.add(action, obs, reward, terminated, truncated, info)
         return Step(obs, float(reward), bool(terminated), bool(truncated), info)
 
@@ -119,7 +129,8 @@ def run_episode(harness: Harness, env: Any, endpoint: Endpoint, *, seed: int | N
     """Reset `env` (with `seed` and `options`, e.g. `{"task_id": ...}`), let `harness` play it
     against `endpoint`, and return the recorded episode. The model server failing (an
     `openai` connection or server error, `AgentError`) ends the episode as an infra error with
-    `error_source="agent"`; a request the model's server refuses (HTTP 400: e.g. a context
+    `error_source="agent"`, the env failing in `play.step` with `error_source="env"`; a request
+    the model's server refuses (HTTP 400: e.g. a context
     overflow) cuts the episode (`cut="model_rejected"`, a failure: the agent's doing), as does a
     harness that returns before the env ended the episode (`cut="harness"`). Anything else a
     harness raises is a bug and propagates."""
@@ -131,6 +142,8 @@ def run_episode(harness: Harness, env: Any, endpoint: Endpoint, *, seed: int | N
     try:
         harness.play(play, endpoint)
     except Exception as exc:
+        if episode.infra_error:  # the env failed under `play.step` (recorded there)
+            return episode
         if _rejected(exc):  # e.g. the conversation outgrew the model's context: the agent's
             log.info("harness %s: the model refused a request: %s", harness.name, exc)
             if not episode.done:

@@ -187,6 +187,58 @@ class _Episode:
         return f"reward {self.total:g}, outcome {self.info.get('outcome', 'running')!r}"
 
 
+class _PlayEnv:
+    """The env of a harness's episode as an MCP session sees it: its steps go through the
+    harness's `Play` (so they are recorded in its episode); everything else is the env's."""
+
+    def __init__(self, play: Any) -> None:
+        self._play = play
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return tuple(self._play.step(action))  # type: ignore[return-value]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._play.env, name)
+
+
+class _HarnessEpisode(_Episode):
+    """The MCP session of a `command` harness: the episode is already running (the harness
+    reset the env), so `reset` returns its instructions and task instead of starting another,
+    and closing the session leaves the env to the harness."""
+
+    def __init__(self, envs: Any, play: Any) -> None:
+        super().__init__(envs)
+        self.play = play
+
+    def reset(self, arguments: dict[str, Any]) -> Any:
+        if self.started:
+            return _error("this episode is run by a harness: it cannot be reset; end it with "
+                          "the environment's own tools")
+        self.env = _PlayEnv(self.play)  # type: ignore[assignment]
+        self.started = True
+        prompt = self.play.system_prompt or ""
+        obs = self.play.observation
+        return _result([prompt, obs] if prompt else [obs],
+                       {"system_prompt": prompt, "observation": obs,
+                        "task_id": self.play.episode.task_id})
+
+    def close(self) -> None:
+        self.env = None
+        self.thread.shutdown()
+
+
+class _OneEpisode:
+    """What `build_server` needs of its envs, for one harness episode (`play=`)."""
+
+    def __init__(self, play: Any) -> None:
+        self.play, self.env_id = play, "episode"
+        self.tools: list[dict[str, Any]] | None = getattr(play.env, "tools", None)
+        self.system_prompt = play.system_prompt
+
+    def close(self) -> None:
+        return None
+
+
 def _result(texts: list[str], structured: dict[str, Any] | None, *,
             is_error: bool = False) -> Any:
     from mcp import types
@@ -199,20 +251,26 @@ def _error(text: str) -> Any:
     return _result([text], None, is_error=True)
 
 
-def build_server(env_id: str, env_kwargs: dict[str, Any] | None = None) -> tuple[Any, _Envs]:
+def build_server(env_id: str, env_kwargs: dict[str, Any] | None = None, *,
+                 play: Any = None) -> tuple[Any, Any]:
     """The MCP server (the SDK's low-level `Server`) for `env_id`, and its env maker (close
-    it when done serving). Makes one env now: an unknown id or kwarg fails before serving."""
+    it when done serving). Makes one env now: an unknown id or kwarg fails before serving.
+
+    With `play` (a `skyhub.harness.Play`), the server serves that running episode instead
+    (what the `command` harness gives its program): `reset` returns its task, and every tool
+    call is a step of it."""
     _require_mcp()
     from mcp import types
     from mcp.server.lowlevel import Server
 
     from skyhub import __version__
 
-    envs = _Envs(env_id, dict(env_kwargs or {}))
+    envs: Any = _Envs(env_id, dict(env_kwargs or {})) if play is None else _OneEpisode(play)
 
     @contextlib.asynccontextmanager
     async def session_lifespan(_: Any) -> AsyncIterator[_Episode]:
-        episode = _Episode(envs)  # the SDK enters this once per MCP session
+        # the SDK enters this once per MCP session
+        episode = _Episode(envs) if play is None else _HarnessEpisode(envs, play)
         try:
             yield episode
         finally:

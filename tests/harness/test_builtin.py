@@ -76,3 +76,20 @@ def test_a_request_the_server_refuses_cuts_the_episode_as_a_failure():
             env.close()
     assert ep.cut == "model_rejected" and ep.outcome == "failure" and not ep.infra_error
     assert "context too long" in ep.meta["model_rejected"]
+
+
+def test_an_env_that_fails_under_a_harness_is_an_infra_error():
+    with scripted_gateway(lookup_then_answer) as gw:
+        env = skyhub.make("toy-lookup")
+        _, endpoint = gw.session()
+
+        def broken(action):
+            raise RuntimeError("sandbox gone")
+
+        env.step = broken
+        try:
+            ep = run_episode(load_harness("builtin"), env, endpoint, seed=0)
+        finally:
+            env.close()
+    assert ep.infra_error and ep.error_source == "env" and len(ep.actions) == 1
+    assert "sandbox gone" in ep.final_info["error"]
