@@ -18,3 +18,8 @@ register("terminal", "skyhub.envs.terminal.env:TerminalEnv",
          description="Shell tasks from a directory (instruction.md, setup.sh, verify.sh, "
                      "solution.sh); bundled examples by default.",
          tags=("terminal", "shell", "multi-turn", "tool-use", "offline"))
+register("terminal-relay", "skyhub.envs.terminal.env:TerminalEnv",
+         kwargs={"synth": "relay", "max_turns": 60},
+         description="Long-horizon relays: 20 to 50 commands, each named by the last one's "
+                     "output; scored by the fraction done. Endless, offline.",
+         tags=("terminal", "shell", "multi-turn", "long-horizon", "offline", "synthetic"))

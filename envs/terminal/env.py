@@ -29,18 +29,20 @@ class TerminalEnv(ShellEnv):
     `turn_timeout_s` (per turn, all its commands together; default twice `command_timeout_s`),
     `max_output` (bytes kept per command), `cpus`, `memory_mb`, `protocol` ("tags" or
     "tools": what the system prompt describes, `<bash>`/`<done/>` or the `bash`/`done`
-    tools; both are accepted in `step`)."""
+    tools; both are accepted in `step`). `synth="relay"` (`terminal-relay`): long-horizon
+    relays of `steps` commands (None: 20 to 50) over `n_words` words, scored by the fraction
+    done (`skyhub.envs.terminal.relay`)."""
 
-    def __init__(self, *, synth: bool = False, seed: int = 0, n_tasks: int = 1000,
+    def __init__(self, *, synth: bool | str = False, seed: int = 0, n_tasks: int = 1000,
                  data_dir: str | Path | None = None, backend: str = "auto",
                  image: str | None = None, max_turns: int = 30, command_timeout_s: float = 30.0,
                  max_output: int = 16384, cpus: float = 1.0, memory_mb: int = 1024,
                  max_tool_calls: int = MAX_TOOL_CALLS, turn_timeout_s: float | None = None,
-                 protocol: str = "tags") -> None:
+                 protocol: str = "tags", steps: int | None = None, n_words: int = 6) -> None:
         if synth and data_dir is not None:
             raise UsageError("pass either synth=True (generated tasks) or data_dir=DIR, not both")
         super().__init__(tasks=_load_tasks(synth=synth, seed=seed, n_tasks=n_tasks,
-                                           path=data_dir),
+                                           path=data_dir, steps=steps, n_words=n_words),
                          backend=backend, image=image, max_turns=max_turns,
                          command_timeout_s=command_timeout_s, max_output=max_output, cpus=cpus,
                          memory_mb=memory_mb, max_tool_calls=max_tool_calls,
@@ -58,7 +60,15 @@ class TerminalEnv(ShellEnv):
                 "script": clip_text(str(answer)) if answer else None}
 
 
-def _load_tasks(*, synth: bool, seed: int, n_tasks: int, path: str | Path | None) -> Any:
+def _load_tasks(*, synth: bool | str, seed: int, n_tasks: int, path: str | Path | None,
+                steps: int | None = None, n_words: int = 6) -> Any:
+    if synth == "relay":
+        from .relay import generate as relay
+
+        return relay(seed, n_tasks, steps=steps, n_words=n_words)
+    if synth not in (True, False):
+        raise UsageError(f"synth must be true (shell chores) or 'relay' (long horizons), not "
+                         f"{synth!r}")
     if synth:
         from .synth import generate
 

@@ -302,6 +302,11 @@ class ShellEnv(TextEnv):
             raise InfraError("the sandbox's container was stopped from outside while the "
                              "verifier ran")
         ok = r.exit_code == 0 and not r.timed_out
+        extra = {"verifier_exit_code": r.exit_code, "verifier_timed_out": r.timed_out,
+                 "verifier_output": (r.stdout + r.stderr)[-2000:]}
+        if self.task.meta.get("scored"):  # partial credit: the verifier's SKYHUB_SCORE=k/n
+            score = _score(r.stdout) if ok else 0.0
+            return score, {"verified": float(ok), "score": score}, extra
         return float(ok), {"verified": float(ok)}, {
             "verifier_exit_code": r.exit_code, "verifier_timed_out": r.timed_out,
             "verifier_output": (r.stdout + r.stderr)[-2000:]}
@@ -356,6 +361,18 @@ class ShellEnv(TextEnv):
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
+
+
+def _score(stdout: str) -> float:
+    """A scored task's reward: the last `SKYHUB_SCORE=k/n` line its verifier printed (in
+    [0, 1]; 0 when there is none)."""
+    import re
+
+    found = re.findall(r"^SKYHUB_SCORE=(\d+)/(\d+)\s*$", stdout, re.M)
+    if not found:
+        return 0.0
+    k, n = (int(x) for x in found[-1])
+    return min(1.0, k / n) if n > 0 else 0.0
 
 
 def render(r: CommandResult, timeout: float) -> str:
