@@ -26,10 +26,13 @@ CHAT_TEMPLATE = (
 VOCAB_SIZE = 320  # the tokenizer's (at most: a small corpus may give fewer merges)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> Any:
+def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE,
+                    words: Iterable[str] = ()) -> Any:
     """A BPE tokenizer (SentencePiece-style word boundaries) trained on `texts` in well under
     a second. Every printable ASCII character is in the alphabet, so any ASCII text encodes
-    without unknown tokens; frequent words become single tokens."""
+    without unknown tokens; frequent words become single tokens. `words` are added as single
+    tokens whatever their length (`model.tiny_words`: e.g. a harness's whole reply, so that a
+    random model can emit one at all)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -44,6 +47,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> Any:
                                    unk_token="<|unk|>", eos_token="<|end|>",
                                    bos_token=None)
     fast.chat_template = CHAT_TEMPLATE
+    if words:
+        fast.add_tokens(list(dict.fromkeys(words)))
     return fast
 
 
