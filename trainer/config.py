@@ -40,9 +40,6 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     tiny_hidden: int = 128  # the "tiny" model's width and depth
     tiny_layers: int = 2
-    # Strings the "tiny" tokenizer holds as single tokens (a harness's whole reply, so that a
-    # random model can emit one at all; the terminal-relay recipe's terminus replies)
-    tiny_words: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -129,7 +129,7 @@ def build_policy(cfg: TrainConfig, checkpoint: Path | None = None,
             texts = env_corpus(cfg.env.id, cfg.env.kwargs, seed=cfg.loop.seed)
             if cfg.env.eval_id:
                 texts += env_corpus(cfg.env.eval_id, cfg.env.eval_kwargs, episodes=16)
-            tokenizer = train_tokenizer(texts, words=cfg.model.tiny_words)
+            tokenizer = train_tokenizer(texts)
         model = tiny_model(len(tokenizer), hidden_size=cfg.model.tiny_hidden,
                            layers=cfg.model.tiny_layers, seed=cfg.loop.seed)
     else:

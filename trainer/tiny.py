@@ -26,13 +26,10 @@ CHAT_TEMPLATE = (
 VOCAB_SIZE = 320  # the tokenizer's (at most: a small corpus may give fewer merges)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE,
-                    words: Iterable[str] = ()) -> Any:
+def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> Any:
     """A BPE tokenizer (SentencePiece-style word boundaries) trained on `texts` in well under
     a second. Every printable ASCII character is in the alphabet, so any ASCII text encodes
-    without unknown tokens; frequent words become single tokens. `words` are added as single
-    tokens whatever their length (`model.tiny_words`: e.g. a harness's whole reply, so that a
-    random model can emit one at all)."""
+    without unknown tokens; frequent words become single tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -47,8 +44,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE,
                                    unk_token="<|unk|>", eos_token="<|end|>",
                                    bos_token=None)
     fast.chat_template = CHAT_TEMPLATE
-    if words:
-        fast.add_tokens(list(dict.fromkeys(words)))
     return fast
 
 
