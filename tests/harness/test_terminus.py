@@ -219,3 +219,29 @@ def test_a_turn_is_one_env_command_whatever_the_keystrokes_hold():
     assert later.commands == (f"bash {pane.dir}/pane.sh 10000 160 40 0.1 $'ls\\n'",)
     assert not later.done and protocol.parse(pane.action([], done=True)) == protocol.Action(
         (), True)
+
+
+def test_stepwise_training_through_terminus_runs(tmp_path):
+    """`skyhub train` with rollout.harness=terminus and rollout.stepwise=true: the tiny random
+    model behind the trainer's gateway, a context budget small enough that terminus hands
+    over (new segments), each segment a sample."""
+    import subprocess
+
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, "-m", "skyhub.cli.main", "train", "--recipe", "tiny-cpu", "--env",
+         "terminal-relay", "--out", str(tmp_path / "run"), "env.kwargs.backend=local",
+         "env.kwargs.steps=3", "rollout.harness=terminus",
+         "rollout.harness_kwargs={max_turns: 3, context_tokens: 1400, summarize_below: 200}",
+         "rollout.stepwise=true", "rollout.max_tokens_per_turn=4",
+         "rollout.max_input_tokens=4096", "rollout.samples_per_prompt=2",
+         "optim.train_batch_size=1", "optim.mini_batch_size=1", "env.num_envs=2",
+         "loop.max_steps=2", "loop.eval_every=0", "loop.tensorboard=false"],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["episodes"] == 2 and r["infra_errors"] == 0 for r in rows)
+    # handovers and cut-off replies start new conversations: more samples than episodes
+    assert all(r["samples"] > r["episodes"] and r["requests"] > r["samples"] for r in rows)
