@@ -36,17 +36,22 @@ def _served(upstream: ScriptedOpenAIServer) -> tuple[Gateway, object]:
     return gw, start(gw)
 
 
+def _play(server, session, seed: int):
+    """A toy-lookup episode of the builtin harness, in `session` of the gateway `server`."""
+    env = skyhub.make("toy-lookup")
+    try:
+        return run_episode(load_harness("builtin"), env, Endpoint(
+            f"{server.http_url}/s/{session.id}/v1", session.key, "up-model"), seed=seed)
+    finally:
+        env.close()
+
+
 def test_a_harness_through_the_upstream_gateway_is_scored_and_recorded():
     with ScriptedOpenAIServer(_answer) as upstream:
         gw, server = _served(upstream)
         try:
             session = gw.open_session()
-            env = skyhub.make("toy-lookup")
-            try:
-                ep = run_episode(load_harness("builtin"), env, Endpoint(
-                    f"{server.http_url}/s/{session.id}/v1", session.key, "up-model"), seed=4)
-            finally:
-                env.close()
+            ep = _play(server, session, 4)
         finally:
             server.stop()
         bodies = upstream.bodies
@@ -70,12 +75,7 @@ def test_a_failing_upstream_is_an_infra_error_not_a_zero():
                 client.chat.completions.create(model="m", messages=[
                     {"role": "user", "content": "hi"}])
             assert e.value.status_code == 502 and "HTTP 503" in str(e.value)
-            env = skyhub.make("toy-lookup")
-            try:
-                ep = run_episode(load_harness("builtin"), env, Endpoint(
-                    f"{server.http_url}/s/{session.id}/v1", session.key, "m"), seed=0)
-            finally:
-                env.close()
+            ep = _play(server, session, 0)
         finally:
             server.stop()
     assert ep.infra_error and ep.error_source == "agent"
