@@ -15,6 +15,10 @@ command that does not end in a newline before another one, fields out of order, 
 fields or tags, XML entities (read literally). Two slips are mended, with a warning: a JSON
 object missing its closing braces, a `<response>` missing `</response>`. A reply that says
 `task_complete` plays even when its commands are malformed (they are dropped, with a warning).
+
+Over ~400 lines, for a reason: the model-facing text of both formats (prompts, confirmation,
+handover and error messages: closer to data than to logic) beside the two parsers whose rules
+that text states.
 """
 
 from __future__ import annotations

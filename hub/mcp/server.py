@@ -18,6 +18,10 @@ What a client may rely on:
 - an env without tools is played through one tool, `act`, whose `action` is the text action;
 - a call before `reset`, or after the episode ended, is a tool error saying to call `reset`;
   an env that fails (its infrastructure) ends the episode with outcome "error".
+
+Over ~400 lines, for a reason: one job, an env's episodes over MCP (sessions, the env's and
+the server's tools, both transports), with the variant that serves a harness's running
+episode (`play=`) reusing the same session logic.
 """
 
 from __future__ import annotations
