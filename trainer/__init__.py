@@ -6,6 +6,10 @@ The loop and what it calls:
     rollout.py       multi-turn episodes over a VectorEnv, token-in/token-out
     token_layout.py  prompt and observation tokens from the model's chat template (two layouts)
     tool_layout.py   episodes in the model's own tool-call format (rollout.tool_parser)
+    harness_rollout.py  episodes played by a harness through an in-process gateway
+                     (rollout.harness); `make_rollout` picks it or rollout.py
+    stepwise.py      a harness episode's segments as samples with the episode's advantage
+                     (rollout.stepwise)
     inference/       the LLM inference engines: hf (transformers), vllm (AsyncLLM, weight sync),
                      several as one pool, and their start-up where the placement says
     weight_sync.py   the canary that checks an engine samples from the learner's weights
