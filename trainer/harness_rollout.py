@@ -24,7 +24,7 @@ from typing import Any
 
 from skyhub.errors import UsageError
 from skyhub.trainer.config import RolloutConfig
-from skyhub.trainer.rollout import Rollout, Trajectory
+from skyhub.trainer.rollout import Rollout, Trajectory, plan_episodes
 from skyhub.trainer.stepwise import from_segments
 from skyhub.trainer.token_layout import ChatFormat
 
@@ -90,8 +90,7 @@ class HarnessRollout:
             ) -> list[Trajectory]:
         from skyhub.harness import Endpoint, run_episode
 
-        episodes = [Trajectory(group=g, task_id=t, seed=seed * 1_000_003 + g * group_size + j)
-                    for g, t in enumerate(task_ids) for j in range(group_size)]
+        episodes = plan_episodes(task_ids, group_size, seed)
         t0 = time.perf_counter()
         requests: list[int] = []
 

@@ -129,6 +129,13 @@ class Trajectory:
         return min((v for v in self.versions if v >= 0), default=-1)
 
 
+def plan_episodes(task_ids: Sequence[str], group_size: int, seed: int) -> list[Trajectory]:
+    """`group_size` episodes of each task, in group order; episode k's seed (its env's reset
+    seed and its sampling seeds) derives from `seed` and k only."""
+    return [Trajectory(group=g, task_id=t, seed=seed * 1_000_003 + g * group_size + j)
+            for g, t in enumerate(task_ids) for j in range(group_size)]
+
+
 def env_max_turns(venv: Any, env_id: int = 0) -> int | None:
     """The turn budget (`max_turns`) of env `env_id` of `venv`; None when it declares none."""
     value = venv.get_attr("max_turns", env_ids=[env_id])[0]
@@ -205,8 +212,7 @@ class Rollout:
         """`group_size` episodes of each task, in group order (`group_size` contiguous
         episodes per task, as the advantage estimators expect). Episode k's sampling seeds
         derive from `seed` and k, so a run is reproducible whatever order envs finish in."""
-        episodes = [Trajectory(group=g, task_id=t, seed=seed * 1_000_003 + g * group_size + j)
-                    for g, t in enumerate(task_ids) for j in range(group_size)]
+        episodes = plan_episodes(task_ids, group_size, seed)
         if not episodes:
             self.stats = {"rollout_s": 0.0, "generate_s": 0.0, "env_wait_s": 0.0}
             return episodes

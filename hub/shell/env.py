@@ -33,6 +33,7 @@ broke, or a sandbox it stopped from inside, ends the episode scored (`sandbox_br
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -366,8 +367,6 @@ class ShellEnv(TextEnv):
 def _score(stdout: str) -> float:
     """A scored task's reward: the last `SKYHUB_SCORE=k/n` line its verifier printed (in
     [0, 1]; 0 when there is none)."""
-    import re
-
     found = re.findall(r"^SKYHUB_SCORE=(\d+)/(\d+)\s*$", stdout, re.M)
     if not found:
         return 0.0
