@@ -40,6 +40,13 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     tiny_hidden: int = 128  # the "tiny" model's width and depth
     tiny_layers: int = 2
+    # Strings the "tiny" tokenizer holds as single tokens and the untrained tiny model prefers
+    # (~90% of its probability together): a harness's whole replies, so that a random model
+    # emits some at all (the terminal-relay-terminus recipe's terminus replies)
+    tiny_words: list[str] = field(default_factory=list)
+    # the tiny tokenizer's trained vocabulary (at most); it is trained on the env's text and
+    # on the harness's prompts (`rollout.harness`)
+    tiny_vocab: int = 320  # = trainer.tiny.VOCAB_SIZE
 
 
 @dataclass
@@ -162,7 +169,7 @@ class LoopConfig:
     # else a sample of this many, seeded by `seed` and spread over the tasks' databases
     # (meta db_id) when they have one; the same tasks at every evaluation; 0: no evaluation.
     eval_tasks: int | None = 64
-    save_every: int = 50  # a full checkpoint (resumable) every N steps, and at the end
+    save_every: int = 50  # a full checkpoint (resumable) every N steps (0: none), and at the end
     hf_save_every: int | None = None  # also the model alone, HF format, in out/hf/step_N
     seed: int = 0
     # torch.use_deterministic_algorithms on a GPU (cuBLAS workspace config, no

@@ -129,9 +129,14 @@ def build_policy(cfg: TrainConfig, checkpoint: Path | None = None,
             texts = env_corpus(cfg.env.id, cfg.env.kwargs, seed=cfg.loop.seed)
             if cfg.env.eval_id:
                 texts += env_corpus(cfg.env.eval_id, cfg.env.eval_kwargs, episodes=16)
-            tokenizer = train_tokenizer(texts)
+            if cfg.rollout.harness:
+                from skyhub.harness import load_harness
+
+                texts += load_harness(cfg.rollout.harness, **cfg.rollout.harness_kwargs).corpus()
+            tokenizer = train_tokenizer(texts, cfg.model.tiny_vocab, words=cfg.model.tiny_words)
         model = tiny_model(len(tokenizer), hidden_size=cfg.model.tiny_hidden,
-                           layers=cfg.model.tiny_layers, seed=cfg.loop.seed)
+                           layers=cfg.model.tiny_layers, seed=cfg.loop.seed,
+                           prefer=tokenizer.convert_tokens_to_ids(cfg.model.tiny_words))
     else:
         try:
             tokenizer = AutoTokenizer.from_pretrained(cfg.model.name_or_path)
@@ -422,7 +427,8 @@ def run(cfg: TrainConfig, live: bool | None = None) -> RunSummary:
             # the step's checkpoint before its metrics line, so the line can say what the
             # checkpoint took (`checkpoint_s`) and `step_s` is the whole step
             t_save, saved = time.perf_counter(), False
-            if (step + 1) % cfg.loop.save_every == 0 or step + 1 == total:
+            every = cfg.loop.save_every
+            if (every and (step + 1) % every == 0) or step + 1 == total:
                 _save(out, learner, step + 1, sampler_state, cfg)
                 saved = True
             hf_every = cfg.loop.hf_save_every

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyhub.errors import UsageError
-from skyhub.trainer.tiny import VOCAB_SIZE
 
 GiB = 2**30
 
@@ -95,7 +94,8 @@ def model_shape(cfg: Any) -> tuple[ModelShape, str]:
     directory's or the hub cache's config.json (nothing is downloaded); else `KNOWN`."""
     m = cfg.model
     if m.name_or_path == "tiny":
-        return (ModelShape("tiny", vocab=VOCAB_SIZE, hidden=m.tiny_hidden, layers=m.tiny_layers,
+        vocab = m.tiny_vocab + len(m.tiny_words)
+        return (ModelShape("tiny", vocab=vocab, hidden=m.tiny_hidden, layers=m.tiny_layers,
                            heads=4, kv_heads=2, intermediate=2 * m.tiny_hidden, tied=True),
                 "the tiny model's settings")
     try:

@@ -120,6 +120,12 @@ class Harness(abc.ABC):
     def play(self, play: Play, endpoint: Endpoint) -> None:
         """Play one episode to its end (or give up: `run_episode` then cuts it)."""
 
+    def corpus(self) -> list[str]:
+        """The fixed text this harness sends the model (its prompts), for training the tiny
+        model's tokenizer (`model.name_or_path: tiny`) so that its prompts encode as words,
+        not characters. Default: none."""
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional: most harnesses hold nothing
         """Free what the harness holds across episodes (default: nothing)."""
 

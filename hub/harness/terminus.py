@@ -38,6 +38,7 @@ the gateway reports no such error.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from skyhub.harness import terminus_format as fmt
@@ -65,6 +66,7 @@ class Terminus(Harness):
         cols, rows: the terminal's size.
         max_tokens: a reply's limit (None: the gateway's).
         temperature: sampling temperature (None: the server's default).
+        stop: stop strings sent with every request (None: none, as Terminus-2 sends).
         request_timeout: seconds one request may take before it fails (an infra error).
     """
 
@@ -75,7 +77,8 @@ class Terminus(Harness):
                  max_output: int = 10000, max_duration: float = 60.0,
                  context_tokens: int | None = None, summarize_below: int | None = None,
                  cols: int = 160, rows: int = 40, max_tokens: int | None = None,
-                 temperature: float | None = None, request_timeout: float = 600.0) -> None:
+                 temperature: float | None = None, stop: list[str] | None = None,
+                 request_timeout: float = 600.0) -> None:
         from skyhub.errors import UsageError
 
         if parser not in fmt.PARSERS:
@@ -91,7 +94,17 @@ class Terminus(Harness):
                                 None if context_tokens is None else
                                 min(8000, context_tokens // 4))
         self.max_tokens, self.temperature = max_tokens, temperature
+        self.stop = list(stop) if stop else None
         self.request_timeout = request_timeout
+
+    def corpus(self) -> list[str]:
+        """Every fixed text this harness sends: the first prompt's rules, the feedback and
+        the handover prompts (their placeholders left empty)."""
+        first = fmt.prompt(self.parser, instruction="", terminal=FIRST_SCREEN,
+                           max_duration=self.max_duration, max_wait=self.max_duration)
+        fixed = (fmt.CONFIRM, fmt.PARSE_ERROR, fmt.CUT_OFF, fmt.WARNINGS, fmt.SUMMARY_PROMPT,
+                 fmt.QUESTIONS_PROMPT, fmt.ANSWERS_PROMPT, fmt.HANDOFF)
+        return [first, *(re.sub(r"\{\w+\}", "", t) for t in fixed)]
 
     # -- the loop ------------------------------------------------------------------------
     def play(self, play: Play, endpoint: Endpoint) -> None:
@@ -123,6 +136,8 @@ class _Episode:
             self.extra["max_tokens"] = harness.max_tokens
         if harness.temperature is not None:
             self.extra["temperature"] = harness.temperature
+        if harness.stop:
+            self.extra["stop"] = harness.stop
 
     def run(self) -> None:
         h, play = self.h, self.play

@@ -180,6 +180,33 @@ def test_a_terminal_synth_task_solved_through_the_terminal(gateway, script, dock
     assert (ep.total_reward, ep.terminated, ep.infra_error) == (1.0, True, False)
 
 
+def test_a_relay_copied_from_each_output_scores_one_with_stop_strings_sent(gateway, script):
+    """terminal-relay (local): replies that copy the word the last output names finish the
+    relay; the harness's `stop` strings reach the engine with every request."""
+    finished = []
+
+    def copy_last_word() -> str:
+        finished.extend(re.findall(r"of \d+\. the relay is finished", script.prompts[-1]))
+        if finished:
+            return say(complete=True)
+        # (an output that came after the duration shows in the next turn: then the echo of
+        # the last command is copied, the relay answers "wrong word" with the next one)
+        word = re.findall(r"\./mark (\w+)", script.prompts[-1])[-1]
+        return say([(f"./mark {word}\n", 0.5)])
+
+    env = skyhub.make("terminal-relay", backend="local", n_tasks=2, steps=5)
+    try:
+        script.play([copy_last_word] * 12)
+        _, endpoint = gateway.session()
+        before = len(gateway.engine.params)
+        ep = run_episode(load_harness("terminus", stop=["false}"]), env, endpoint, seed=0)
+    finally:
+        env.close()
+    assert (ep.total_reward, ep.terminated, ep.infra_error) == (1.0, True, False)
+    sent = gateway.engine.params[before:]
+    assert len(sent) >= 7 and all(p.stop == ("false}",) for p in sent)
+
+
 # ------------------------------------------------------------------------ no sandbox
 def test_replies_are_read_as_terminus_reads_them():
     r = parse_json('Sure. {"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\\n"}]')
@@ -222,21 +249,21 @@ def test_a_turn_is_one_env_command_whatever_the_keystrokes_hold():
 
 
 def test_stepwise_training_through_terminus_runs(tmp_path):
-    """`skyhub train` with rollout.harness=terminus and rollout.stepwise=true: the tiny random
-    model behind the trainer's gateway, a context budget small enough that terminus hands
-    over (new segments), each segment a sample."""
+    """The long-horizon recipe (`terminal-relay-terminus`: `skyhub train` with
+    rollout.harness=terminus and rollout.stepwise=true), shrunk: the tiny random model behind
+    the trainer's gateway, a context budget small enough that terminus hands over (new
+    segments), each segment a sample."""
     import subprocess
 
     pytest.importorskip("torch")
     out = subprocess.run(
-        [sys.executable, "-m", "skyhub.cli.main", "train", "--recipe", "tiny-cpu", "--env",
-         "terminal-relay", "--out", str(tmp_path / "run"), "env.kwargs.backend=local",
-         "env.kwargs.steps=3", "rollout.harness=terminus",
-         "rollout.harness_kwargs={max_turns: 3, context_tokens: 1400, summarize_below: 200}",
-         "rollout.stepwise=true", "rollout.max_tokens_per_turn=4",
-         "rollout.max_input_tokens=4096", "rollout.samples_per_prompt=2",
+        [sys.executable, "-m", "skyhub.cli.main", "train", "--recipe",
+         "terminal-relay-terminus", "--out", str(tmp_path / "run"), "env.kwargs.steps=4",
+         "rollout.harness_kwargs.max_turns=5", "rollout.harness_kwargs.context_tokens=700",
+         "rollout.harness_kwargs.summarize_below=150", "rollout.samples_per_prompt=2",
          "optim.train_batch_size=1", "optim.mini_batch_size=1", "env.num_envs=2",
-         "loop.max_steps=2", "loop.eval_every=0", "loop.tensorboard=false"],
+         "loop.max_steps=2", "loop.eval_every=0", "loop.tensorboard=false",
+         "loop.save_every=0"],
         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text()

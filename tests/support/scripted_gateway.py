@@ -38,12 +38,14 @@ class ScriptedEngine:
     def __init__(self, tokenizer: Any, reply: Callable[[str], str]) -> None:
         self.tokenizer, self.reply = tokenizer, reply
         self.prompts: list[str] = []
+        self.params: list[Any] = []  # each request's sampling parameters
         self._lock = threading.Lock()
 
     def submit(self, prompt: Any, params: Any, seed: int) -> Future[Completion]:
         text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
         with self._lock:
             self.prompts.append(text)
+            self.params.append(params)
         f: Future[Completion] = Future()
         try:
             out = self.reply(text)
