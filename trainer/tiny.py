@@ -92,7 +92,8 @@ def _prefer(model: Any, ids: list[int], mass: float) -> None:
     with torch.no_grad():
         d = torch.randn(hidden)
         d /= d.norm()
-        emb += 3.0 * emb.norm(dim=1).mean() * d  # the shared direction: a uniform logit shift
+        # the shared direction (with tied embeddings also a logit shift common to all tokens)
+        emb += 3.0 * emb.norm(dim=1).mean() * d
         probe = torch.randint(0, vocab, (4, 32))
         h = model.model(input_ids=probe).last_hidden_state  # final-normed hidden states
         along = (h @ d).mean().item()  # how much of d the last hidden state carries
