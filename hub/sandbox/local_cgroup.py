@@ -252,9 +252,13 @@ class MemoryCgroup:
                 time.sleep(0.01)
 
 
-def reap_orphans(dry_run: bool = False, errors: list[str] | None = None) -> list[str]:
+def reap_orphans(dry_run: bool = False, errors: list[str] | None = None, *,
+                 owner: int | None = None, start: int | None = None) -> list[str]:
     """Remove the cgroups of sandboxes whose owner process is dead (killing what still runs
-    in them); returns their names. One that cannot be removed goes to `errors`."""
+    in them); returns their names. One that cannot be removed goes to `errors`. `owner`: only
+    those of that pid, which the caller knows to be dead though it may still be a zombie
+    (`skyhub.sandbox.orphans`; `start`, its start time, tells it from a later process with
+    the same pid)."""
     from skyhub.sandbox.base import pid_alive
 
     found, _ = hierarchy()
@@ -270,7 +274,10 @@ def reap_orphans(dry_run: bool = False, errors: list[str] | None = None) -> list
         if m is None:
             continue
         pid = int(m.group(2))
-        if pid_alive(pid) and _owner_tag(pid) == f"{pid}.{m.group(3)}":
+        if owner is not None:
+            if pid != owner or (start is not None and m.group(3) not in ("-1", str(start))):
+                continue
+        elif pid_alive(pid) and _owner_tag(pid) == f"{pid}.{m.group(3)}":
             continue
         if not dry_run:
             try:

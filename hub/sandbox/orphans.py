@@ -62,6 +62,13 @@ def _reap_local(pid: int, start: int | None, before: float | None) -> list[str]:
             _warn(f"local:{s['id']}", pid, e)
         else:
             removed.append(f"local:{s['id']}")
+    from skyhub.sandbox import local_cgroup  # their memory cgroups, named by owner pid
+
+    errors: list[str] = []
+    removed += [f"local:cgroup {name}" for name in
+                local_cgroup.reap_orphans(errors=errors, owner=pid, start=start)]
+    for why in errors:
+        log.warning("could not reap the memory cgroup of dead worker %d: %s", pid, why)
     return removed
 
 

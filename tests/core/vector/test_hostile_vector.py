@@ -65,9 +65,21 @@ def scratch_dirs_of(pids: set[int]) -> list[str]:
             if s["owner_pid"] in pids and Path(s["path"]).exists()]
 
 
+def cgroups_of(pids: set[int]) -> list[str]:
+    """Local sandboxes' memory cgroups (`sb-ID.PID.START`) whose owner is any of `pids`."""
+    from skyhub.sandbox import local_cgroup
+
+    found, _ = local_cgroup.hierarchy()
+    if found is None or not found.parent.is_dir():
+        return []
+    return [n for n in os.listdir(found.parent)
+            if n.startswith("sb-") and n.count(".") == 2 and n.split(".")[1].isdigit()
+            and int(n.split(".")[1]) in pids]
+
+
 def leftovers(pids: set[int], sleep_arg: str) -> dict[str, list]:
     return {"containers": containers_of(pids), "scratch_dirs": scratch_dirs_of(pids),
-            "processes": processes_with(f"sleep {sleep_arg}")}
+            "processes": processes_with(f"sleep {sleep_arg}"), "cgroups": cgroups_of(pids)}
 
 
 def nothing_left(pids: set[int], sleep_arg: str) -> bool:
@@ -109,7 +121,8 @@ def test_workers_killed_at_step_timeout_leave_no_sandboxes(docker_daemon: None, 
         assert eventually(lambda: nothing_left(pids, sleep_arg)), leftovers(pids, sleep_arg)
     finally:
         venv.close()
-    assert leftovers(pids, sleep_arg) == {"containers": [], "scratch_dirs": [], "processes": []}
+    assert leftovers(pids, sleep_arg) == {"containers": [], "scratch_dirs": [], "processes": [],
+                                          "cgroups": []}
 
 
 def test_workers_that_die_have_their_sandboxes_reaped(docker_daemon: None, bwrap: str) -> None:
@@ -130,7 +143,7 @@ def test_workers_that_die_have_their_sandboxes_reaped(docker_daemon: None, bwrap
                    for i in got.values()), got
         # each slot is reported once what its dead worker owned is gone
         assert leftovers(pids, sleep_arg) == {"containers": [], "scratch_dirs": [],
-                                              "processes": []}
+                                              "processes": [], "cgroups": []}
 
 
 def test_workers_of_a_killed_parent_close_their_envs(docker_daemon: None, bwrap: str,
@@ -199,4 +212,5 @@ def test_ray_actors_killed_or_dead_leave_no_sandboxes(docker_daemon: None, bwrap
         hangs.close()
         dies.close()
         ray.shutdown()
-    assert leftovers(pids, sleep_arg) == {"containers": [], "scratch_dirs": [], "processes": []}
+    assert leftovers(pids, sleep_arg) == {"containers": [], "scratch_dirs": [], "processes": [],
+                                          "cgroups": []}
