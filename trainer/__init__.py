@@ -10,6 +10,8 @@ The loop and what it calls:
                      (rollout.harness); `make_rollout` picks it or rollout.py
     stepwise.py      a harness episode's segments as samples with the episode's advantage
                      (rollout.stepwise)
+    turn_credit.py   each request of a harness episode credited with the env rewards that
+                     followed it (algo.turn_weight)
     inference/       the LLM inference engines: hf (transformers), vllm (AsyncLLM, weight sync),
                      several as one pool, and their start-up where the placement says
     weight_sync.py   the canary that checks an engine samples from the learner's weights

@@ -113,6 +113,11 @@ class RolloutConfig:
     stepwise: bool = False
 
 
+#: the advantage estimators whose statistics are per episode (group-wise on the reward): the
+#: ones step-wise samples and turn-level credit build on
+EPISODE_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+
+
 @dataclass
 class AlgoConfig:
     advantage: str = "grpo"  # grpo, dr_grpo, rloo, reinforce++, gae
@@ -132,6 +137,12 @@ class AlgoConfig:
     # its logprobs differ from the learner's only by float rounding, and a weight made of
     # that rounding would make the step depend on how requests were batched.
     tis_cap: float | None = 2.0
+    # Turn-level credit for harness episodes (skyhub.trainer.turn_credit): each sampled token
+    # trains on its episode's advantage plus turn_weight x its request's own (the discounted
+    # return, by turn_gamma, of the env rewards that followed it, standardised in the group).
+    # 0: off, every token of an episode carries the episode's advantage.
+    turn_weight: float = 0.0
+    turn_gamma: float = 1.0
     gamma: float = 1.0  # gae only
     lam: float = 0.95  # gae only
 
@@ -409,6 +420,18 @@ def _check_choices(cfg: TrainConfig) -> None:
         value = getattr(getattr(cfg, section), name)
         if value is not None and value < 1:
             raise UsageError(f"{key} must be >= 1 or null (off), not {value}")
+    a = cfg.algo
+    if a.turn_weight < 0 or not 0.0 <= a.turn_gamma <= 1.0:
+        raise UsageError(f"algo.turn_weight must be >= 0 and algo.turn_gamma in [0, 1], not "
+                         f"{a.turn_weight} and {a.turn_gamma}")
+    if a.turn_weight and cfg.rollout.harness is None:
+        raise UsageError("algo.turn_weight > 0 credits each request of a harness episode with "
+                         "the env rewards that followed it: set rollout.harness (e.g. "
+                         "builtin) too")
+    if a.turn_weight and a.advantage not in EPISODE_ESTIMATORS:
+        raise UsageError(f"algo.turn_weight > 0 adds to a per-episode advantage (algo."
+                         f"advantage one of {', '.join(EPISODE_ESTIMATORS)}), not "
+                         f"{a.advantage!r}")
     if cfg.optim.train_batch_size % cfg.optim.mini_batch_size:
         raise UsageError(f"optim.train_batch_size ({cfg.optim.train_batch_size}) must be a "
                          f"multiple of optim.mini_batch_size ({cfg.optim.mini_batch_size})")

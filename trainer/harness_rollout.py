@@ -27,6 +27,7 @@ from skyhub.trainer.config import RolloutConfig
 from skyhub.trainer.rollout import Rollout, Trajectory, plan_episodes
 from skyhub.trainer.stepwise import from_segments
 from skyhub.trainer.token_layout import ChatFormat
+from skyhub.trainer.turn_credit import attribute
 
 
 def make_rollout(venv: Any, engine: Any, chat: ChatFormat, cfg: RolloutConfig) -> Any:
@@ -100,12 +101,15 @@ class HarnessRollout:
             try:
                 endpoint = Endpoint(f"{self.server.http_url}/s/{session.id}/v1", session.key,
                                     "policy")
+                marks: list[int] = []  # per env step: the request whose reply it played
                 ep = run_episode(self.harness, env, endpoint, seed=t.seed,
-                                 options={"task_id": t.task_id})
+                                 options={"task_id": t.task_id},
+                                 on_step=lambda: marks.append(len(session.records) - 1))
                 ep.task_index = t.group
                 t.episode, t.turns = ep, len(ep.actions)
                 t.ended(ep)
                 from_segments(t, session.segments(), stepwise=self.cfg.stepwise)
+                t.turn_rewards = attribute(ep.rewards, marks, len(session.records))
                 requests.append(len(session.records))
                 if session.records:
                     t.finish_reason = session.records[-1].finish_reason

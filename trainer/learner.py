@@ -46,6 +46,7 @@ from torch import Tensor
 from skyhub.errors import UsageError
 from skyhub.trainer import algorithms as A
 from skyhub.trainer import dist as D
+from skyhub.trainer import turn_credit
 from skyhub.trainer.checkpoint import load_learner, save_learner
 from skyhub.trainer.config import AlgoConfig, OptimConfig, TrainConfig
 from skyhub.trainer.packing import MicroBatch, plan_micro_batches
@@ -191,8 +192,12 @@ class Learner:
                 rewards[id(e)] = rewards[id(e)] - penalties[id(e)].sum()
             metrics["kl_penalty"] = float(sum(p.sum() for p in penalties.values()) / len(valid))
         adv = self._episode_advantages(valid, group_size, rewards)
-        if stepwise:  # the episodes' advantages, each on every sample of its episode
+        if self.algo.turn_weight:  # plus each request's own (turn_credit), per token
+            valid, adv = turn_credit.expand(valid, adv, weight=self.algo.turn_weight,
+                                            gamma=self.algo.turn_gamma)
+        elif stepwise:  # the episodes' advantages, each on every sample of its episode
             valid, adv = expand(valid, adv)
+        if stepwise:
             metrics["samples"] = float(len(valid))
             if self.ref is not None:
                 ref_lp = self.logprobs(valid, self.ref)

@@ -91,6 +91,10 @@ class Trajectory:
     # step-wise samples (skyhub.trainer.stepwise): one per segment of a harness episode, each
     # with the episode's advantage; empty: the episode is one sample (its own tokens)
     parts: list[Trajectory] = field(default_factory=list, repr=False)
+    # harness episodes (skyhub.trainer.turn_credit): the env reward each gateway request led
+    # to, and where each request's completion lies in this sample: (request, start, end)
+    turn_rewards: list[float] = field(default_factory=list)
+    spans: list[tuple[int, int, int]] = field(default_factory=list)
 
     def to_record(self, index: int, *, env_id: str, env_kwargs: dict[str, Any],
                   agent: str) -> dict[str, Any]:

@@ -35,10 +35,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from skyhub.errors import UsageError
+from skyhub.trainer.config import EPISODE_ESTIMATORS
 from skyhub.trainer.rollout import Trajectory
-
-#: the advantage estimators whose statistics are per episode (group-wise on the reward)
-EPISODE_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 
 
 def check_algo(algo: Any) -> None:
@@ -54,10 +52,11 @@ def check_algo(algo: Any) -> None:
 
 
 def sample(episode: Trajectory, prompt_ids: Sequence[int], token_ids: Sequence[int],
-           mask: Sequence[int], logprobs: Sequence[float], versions: Sequence[int]
-           ) -> Trajectory:
+           mask: Sequence[int], logprobs: Sequence[float], versions: Sequence[int],
+           spans: Sequence[tuple[int, int, int]] = ()) -> Trajectory:
     """One sample of `episode`: `prompt_ids` (not trained), then `token_ids` with their mask,
-    engine logprobs and policy versions; the episode's group, reward and flags."""
+    engine logprobs and policy versions; the episode's group, reward and flags. `spans`:
+    (request, start, end) of each request's completion within `token_ids`."""
     t = Trajectory(group=episode.group, task_id=episode.task_id, seed=episode.seed,
                    reward=episode.reward, outcome=episode.outcome,
                    infra_error=episode.infra_error, truncated=episode.truncated)
@@ -67,6 +66,7 @@ def sample(episode: Trajectory, prompt_ids: Sequence[int], token_ids: Sequence[i
     t.loss_mask += [int(m) for m in mask]
     t.logprobs += [float(x) if m else 0.0 for x, m in zip(logprobs, mask, strict=True)]
     t.versions += [int(v) if m else -1 for v, m in zip(versions, mask, strict=True)]
+    t.spans = [(k, a + len(prompt_ids), b + len(prompt_ids)) for k, a, b in spans]
     return t
 
 
@@ -74,15 +74,16 @@ def from_segments(episode: Trajectory, segments: Sequence[Any], *, stepwise: boo
     """Fill `episode`'s tokens from a gateway session's `segments`: its own record is the last
     segment (what it trains on without step-wise), and with `stepwise` its `parts` are every
     segment as a sample."""
-    samples = [sample(episode, s.prompt_ids, s.token_ids, s.mask, s.logprobs, s.versions)
+    samples = [sample(episode, s.prompt_ids, s.token_ids, s.mask, s.logprobs, s.versions,
+                      [(k, a, b) for k, (a, b) in zip(s.records, s.spans, strict=True)])
                for s in segments]
     episode.token_ids, episode.loss_mask, episode.logprobs, episode.versions = [], [], [], []
-    episode.prompt_len = 0
+    episode.prompt_len, episode.spans = 0, []
     if samples:
         last = samples[-1]
         episode.token_ids, episode.loss_mask = last.token_ids, last.loss_mask
         episode.logprobs, episode.versions = last.logprobs, last.versions
-        episode.prompt_len = last.prompt_len
+        episode.prompt_len, episode.spans = last.prompt_len, last.spans
     episode.parts = samples if stepwise and len(samples) > 1 else []
     episode.info = {**episode.info, "segments": len(samples)}
 

@@ -31,14 +31,16 @@ class TerminalEnv(ShellEnv):
     "tools": what the system prompt describes, `<bash>`/`<done/>` or the `bash`/`done`
     tools; both are accepted in `step`). `synth="relay"` (`terminal-relay`): long-horizon
     relays of `steps` commands (None: 20 to 50) over `n_words` words, scored by the fraction
-    done (`skyhub.envs.terminal.relay`)."""
+    done (`skyhub.envs.terminal.relay`). `progress_reward`: each turn rewarded with what
+    the score gained (scored tasks: relays), the total still the verifier's verdict."""
 
     def __init__(self, *, synth: bool | str = False, seed: int = 0, n_tasks: int = 1000,
                  data_dir: str | Path | None = None, backend: str = "auto",
                  image: str | None = None, max_turns: int = 30, command_timeout_s: float = 30.0,
                  max_output: int = 16384, cpus: float = 1.0, memory_mb: int = 1024,
                  max_tool_calls: int = MAX_TOOL_CALLS, turn_timeout_s: float | None = None,
-                 protocol: str = "tags", steps: int | None = None, n_words: int = 6) -> None:
+                 protocol: str = "tags", steps: int | None = None, n_words: int = 6,
+                 progress_reward: bool = False) -> None:
         if synth and data_dir is not None:
             raise UsageError("pass either synth=True (generated tasks) or data_dir=DIR, not both")
         super().__init__(tasks=_load_tasks(synth=synth, seed=seed, n_tasks=n_tasks,
@@ -46,7 +48,8 @@ class TerminalEnv(ShellEnv):
                          backend=backend, image=image, max_turns=max_turns,
                          command_timeout_s=command_timeout_s, max_output=max_output, cpus=cpus,
                          memory_mb=memory_mb, max_tool_calls=max_tool_calls,
-                         turn_timeout_s=turn_timeout_s, protocol=protocol)
+                         turn_timeout_s=turn_timeout_s, protocol=protocol,
+                         progress_reward=progress_reward)
 
     def expected_answer(self) -> dict[str, Any] | None:
         """What a run records as the expected answer: the task's solution script (`script`,

@@ -45,6 +45,7 @@ echo "ok $k of $n. next: ./mark $(sed -n "$((k + 1))p" "$plan")"
 VERIFY = """\
 #!/bin/bash
 plan=$(mktemp)
+trap 'rm -f "$plan"' EXIT
 cat > "$plan" {plan}n=$(wc -l < "$plan")
 log=/work/.relay/done
 [ -f "$log" ] && [ ! -L "$log" ] || {{ echo "no record"; echo "SKYHUB_SCORE=0/$n"; exit 0; }}

@@ -58,7 +58,9 @@ class Record:
 class Segment:
     """One training sample made from a session: `prompt_ids`, then `token_ids` with `mask` 1
     where the model sampled the token (its `logprobs` and `versions` are the engine's; 0.0 and
-    -1 elsewhere), and the indices of the records merged into it."""
+    -1 elsewhere), the indices of the records merged into it, and where each record's
+    completion lies in `token_ids` (`spans`: [start, end), one per record): what a per-turn
+    signal (`algo.turn_weight`) is attributed by."""
 
     prompt_ids: list[int]
     token_ids: list[int] = field(default_factory=list)
@@ -66,6 +68,7 @@ class Segment:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     records: list[int] = field(default_factory=list)
+    spans: list[list[int]] = field(default_factory=list)
 
     @property
     def ids(self) -> list[int]:
@@ -160,9 +163,11 @@ class Session:
             else:
                 seg = Segment(prompt_ids=list(r.prompt_ids))
                 out.append(seg)
+            start = len(seg.token_ids)
             seg.add(list(r.completion_ids), sampled=True, logprobs=list(r.logprobs),
                     versions=list(r.versions))
             seg.records.append(k)
+            seg.spans.append([start, len(seg.token_ids)])
         return out
 
     def to_json(self) -> dict[str, Any]:

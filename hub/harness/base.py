@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import logging
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -55,10 +56,13 @@ class Step(NamedTuple):
 
 class Play:
     """One episode as a harness plays it: the env (reset by `run_episode`), its first
-    observation, and `step`, which plays an action in the env and records it in `episode`."""
+    observation, and `step`, which plays an action in the env and records it in `episode`
+    (then calls `on_step`, if given: the trainer notes there which model request the step's
+    reward belongs to)."""
 
-    def __init__(self, env: Any, episode: Episode) -> None:
-        self.env, self.episode = env, episode
+    def __init__(self, env: Any, episode: Episode,
+                 on_step: Callable[[], None] | None = None) -> None:
+        self.env, self.episode, self.on_step = env, episode, on_step
 
     @property
     def observation(self) -> str:
@@ -93,6 +97,8 @@ class Play:
             raise InfraError(f"the env failed ({type(exc).__name__}: {exc}); the episode "
                              "ended as an infra error") from exc
         self.episode.add(action, obs, reward, terminated, truncated, info)
+        if self.on_step is not None:
+            self.on_step()
         return Step(obs, float(reward), bool(terminated), bool(truncated), info)
 
 
@@ -131,7 +137,8 @@ class Harness(abc.ABC):
 
 
 def run_episode(harness: Harness, env: Any, endpoint: Endpoint, *, seed: int | None = None,
-                options: dict[str, Any] | None = None) -> Episode:
+                options: dict[str, Any] | None = None,
+                on_step: Callable[[], None] | None = None) -> Episode:
     """Reset `env` (with `seed` and `options`, e.g. `{"task_id": ...}`), let `harness` play it
     against `endpoint`, and return the recorded episode. The model server failing (an
     `openai` connection or server error, `AgentError`) ends the episode as an infra error with
@@ -139,12 +146,13 @@ def run_episode(harness: Harness, env: Any, endpoint: Endpoint, *, seed: int | N
     the model's server refuses (HTTP 400: e.g. a context
     overflow) cuts the episode (`cut="model_rejected"`, a failure: the agent's doing), as does a
     harness that returns before the env ended the episode (`cut="harness"`). Anything else a
-    harness raises is a bug and propagates."""
+    harness raises is a bug and propagates. `on_step` is called after each step is
+    recorded."""
     obs, info = env.reset(seed=seed, options=options)
     episode = Episode.start(env, obs, info)
     if seed is not None:
         episode.seed = seed
-    play = Play(env, episode)
+    play = Play(env, episode, on_step)
     try:
         harness.play(play, endpoint)
     except Exception as exc:

@@ -28,6 +28,10 @@ environment (on Docker a Docker exec of its own, so a killed in-container agent 
 its verdict). Who is to blame when something breaks follows hub/env.py's infra-error rule: the
 container killed or removed from outside, or Docker gone, is an infra error; a shell the agent
 broke, or a sandbox it stopped from inside, ends the episode scored (`sandbox_broken=True`).
+
+Over ~400 lines, for a reason: one job, the shell episode's flow (reset, turn, verdict, and
+the phases families override), each phase short; split, a family's author would read several
+files to see what one turn does.
 """
 
 from __future__ import annotations
@@ -80,7 +84,12 @@ class ShellEnv(TextEnv):
     together; default twice `command_timeout_s`), `max_output` (bytes kept per command),
     `cpus`, `memory_mb`, `protocol` ("tags": the system prompt describes `<bash>` and
     `<done/>`; "tools": the `bash` and `done` tools, one call per turn). Both are accepted in
-    `step` either way, scored alike."""
+    `step` either way, scored alike. `progress_reward` (tasks scored with partial credit,
+    `meta["scored"]`): each turn's reward is what the score gained since the last (the
+    verifier script run in the sandbox after the turn, with the agent's processes left
+    alone), and the end's is the verifier's verdict minus what was already given, so an
+    episode's total is the verdict exactly; a per-turn signal for training
+    (`algo.turn_weight`), never a verdict."""
 
     stop_strings = ("</bash>", "<done/>", "</tool_call>")
     #: The same actions as function-calling tools (see `protocol`), for chat templates.
@@ -90,7 +99,8 @@ class ShellEnv(TextEnv):
                  max_turns: int = 30, command_timeout_s: float = 30.0,
                  max_output: int = 16384, cpus: float = 1.0, memory_mb: int = 1024,
                  max_tool_calls: int = MAX_TOOL_CALLS,
-                 turn_timeout_s: float | None = None, protocol: str = "tags") -> None:
+                 turn_timeout_s: float | None = None, protocol: str = "tags",
+                 progress_reward: bool = False) -> None:
         super().__init__()
         self.protocol = check_protocol(protocol)
         if command_timeout_s <= 0:
@@ -105,6 +115,7 @@ class ShellEnv(TextEnv):
         self.command_timeout, self.max_output = command_timeout_s, max_output
         self.max_tool_calls, self.turn_timeout = max_tool_calls, float(turn_timeout_s)
         self.cpus, self.memory_mb = cpus, memory_mb
+        self.progress_reward, self._credited = progress_reward, 0.0
         if self.protocol == "tools":  # one command per turn
             self.system_prompt = TOOLS_SYSTEM_PROMPT.format(
                 timeout=min(command_timeout_s, self.turn_timeout), max_turns=max_turns)
@@ -154,7 +165,7 @@ class ShellEnv(TextEnv):
         self._stats = dict.fromkeys(("commands", "failed_commands", "timeouts", "restarts",
                                      "format_errors", "skipped_commands"), 0.0)
         self._reference_sent = False
-        self._broken = None
+        self._broken, self._credited = None, 0.0
         if self._shell is not None:
             self._shell.close()
             self._shell = None
@@ -205,7 +216,24 @@ class ShellEnv(TextEnv):
             return self._verify(obs, ended_by="max_turns")
         if time.monotonic() > self._deadline:
             return self._verify(obs, ended_by="timeout")
-        return f"{obs}\n{self.turns_left_note()}", 0.0, False, False, self.make_info()
+        gain = self._progress() if self.progress_reward else 0.0
+        return f"{obs}\n{self.turns_left_note()}", gain, False, False, self.make_info()
+
+    def _progress(self) -> float:
+        """A scored task's gain since the last turn (`progress_reward`): its verifier script
+        run in the sandbox as it is now. Shaping only: a failed check gives 0 and the end's
+        reward settles the total to the verdict."""
+        assert self.task is not None
+        if not self.task.meta.get("scored"):
+            return 0.0
+        try:
+            r = judge.run_verifier(self._sandbox, ["bash", "-c", self.task.meta["verify"]],
+                                   timeout=VERIFY_TIMEOUT_S)
+        except InfraError:
+            return 0.0
+        score = _score(r.stdout) if r.exit_code == 0 and not r.timed_out else self._credited
+        gain, self._credited = score - self._credited, score
+        return gain
 
     def _run_commands(self, commands: tuple[str, ...], outputs: list[str]) -> None:
         """Run a turn's commands in order, each within `command_timeout`, all within
@@ -276,7 +304,8 @@ class ShellEnv(TextEnv):
             return obs, 0.0, terminated, truncated, self.make_info(
                 "error", infra_error=True, reward_breakdown={**self._stats, **breakdown},
                 ended_by=ended_by, **extra)
-        return obs, reward, terminated, truncated, self.make_info(
+        given = reward - self._credited if self.progress_reward else reward
+        return obs, given, terminated, truncated, self.make_info(
             "success" if reward >= 1.0 else "failure", sandbox_broken=broken,
             reward_breakdown={**self._stats, **breakdown}, ended_by=ended_by, **extra)
 

@@ -69,3 +69,41 @@ def test_relays_are_seeded_long_and_never_repeat_a_word_twice_in_a_row():
         "amber", "birch", "cedar"}
     with pytest.raises(UsageError, match="n_words"):
         generate(0, 1, n_words=1)
+
+
+def test_progress_reward_pays_each_recorded_word_as_it_happens_and_totals_the_verdict(
+        backend):
+    env = skyhub.make("terminal-relay", backend=backend, n_tasks=2, steps=4,
+                      progress_reward=True)
+    try:
+        obs, _ = env.reset(options={"task_id": env.tasks[0].id})
+        rewards = []
+        for command in (f"./mark {_next(obs)}", "./mark zephyr", "true"):
+            obs, reward, *_ = env.step(f"<bash>{command}</bash>")
+            rewards.append(reward)
+            if command.startswith("./mark") and "wrong" not in obs:
+                rewards.append(env.step(f"<bash>./mark {_next(obs)}</bash>")[1])
+        assert rewards == [pytest.approx(0.25), pytest.approx(0.25), 0.0, 0.0]
+        # the score as the sandbox holds it now: copying the plan is allowed (the rest paid),
+        # a record spoiled afterwards takes it all back, and the total is the verdict
+        copied = env.step("<bash>cp /work/.relay/plan /work/.relay/done</bash>")[1]
+        spoiled = env.step("<bash>echo 'x' >> /work/.relay/done</bash>")[1]
+        _, last, terminated, _, info = env.step("<done/>")
+        assert (copied, spoiled, last) == (pytest.approx(0.5), pytest.approx(-1.0), 0.0)
+        assert terminated and info["reward_breakdown"]["score"] == 0.0
+        assert sum(rewards) + copied + spoiled + last == pytest.approx(0.0)
+        # the verdict settles what the turns were paid: a record spoiled in the last turn
+        env.reset(options={"task_id": env.tasks[1].id})
+        assert env.step("<bash>cp /work/.relay/plan /work/.relay/done</bash>")[1] == 1.0
+        _, last, terminated, _, _ = env.step("<bash>echo x >> /work/.relay/done</bash><done/>")
+        assert (last, terminated) == (-1.0, True)
+        # without it, only the end is rewarded
+        plain = skyhub.make("terminal-relay", backend=backend, n_tasks=2, steps=4)
+        try:
+            obs, _ = plain.reset(options={"task_id": plain.tasks[0].id})
+            assert plain.step(f"<bash>./mark {_next(obs)}</bash>")[1] == 0.0
+            assert plain.step("<done/>")[1] == pytest.approx(0.25)
+        finally:
+            plain.close()
+    finally:
+        env.close()
