@@ -1,0 +1,6 @@
+"""Software-engineering envs: repository tasks graded by their own tests (SWE-bench format),
+and bug localization scored against the gold patch.
+
+Built so far: reading patches (`diffs`) and localization scores (`localization`). The envs
+(`swe`, `swe-synth`) are registered here once they exist.
+"""
