@@ -4,7 +4,7 @@
 # Never installs a CUDA build of torch: extras that need torch get the CPU wheel pinned first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-dev,docker,e2b,sql,python,search,terminal,train,eval,serve,tinker,publish,ray,harness}"
+extras="${1:-dev,docker,e2b,sql,python,search,terminal,swe,train,eval,serve,tinker,publish,ray,harness}"
 
 say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }

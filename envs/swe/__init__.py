@@ -1,7 +1,7 @@
 """Software-engineering envs: repository tasks graded by their own tests (SWE-bench format),
 and bug localization scored against the gold patch.
 
-Built so far: SWE-bench-format instances (`instances`), patches read in memory (`diffs`)
-and localization scores (`localization`). The envs
-(`swe`, `swe-synth`) are registered here once they exist.
+Built so far: SWE-bench-format instances (`instances`), `resolved` by the swebench
+package's grader (`grading`), patches read in memory (`diffs`) and localization scores
+(`localization`). The envs (`swe`, `swe-synth`) are registered here once they exist.
 """

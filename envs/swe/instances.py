@@ -5,7 +5,9 @@ fields: `instance_id`, `repo` (`owner/name`), `base_commit`, `patch` (the gold f
 files only), `test_patch` (the tests that check it), `problem_statement`, `FAIL_TO_PASS` and
 `PASS_TO_PASS` (test names; in the Hugging Face files a JSON-encoded string, elsewhere a
 list), and optionally `version`, `environment_setup_commit`, `hints_text`, `created_at`.
-Datasets with prebuilt images name them in `image_name` (SWE-Gym's and SWE-smith's releases).
+Datasets with prebuilt images name them in `image_name` (SWE-Gym's and SWE-smith's releases);
+newer releases also say how to read their test logs (`log_parser`: a name in the `swebench`
+package's `PARSER_REGISTRY`, `eval_type`: `pass_and_fail` or `fail_only`).
 The files are JSON (a list of records, or one), JSON Lines, or Parquet; a directory is read
 file by file in name order.
 """
@@ -40,6 +42,8 @@ class Instance:
     environment_setup_commit: str | None = None
     hints_text: str = ""
     image_name: str | None = None
+    log_parser: str | None = None
+    eval_type: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -51,7 +55,8 @@ class Instance:
                              f"(fields found: {', '.join(sorted(record)) or 'none'})")
         known = {"instance_id", "repo", "base_commit", "patch", "problem_statement",
                  "FAIL_TO_PASS", "PASS_TO_PASS", "test_patch", "version",
-                 "environment_setup_commit", "hints_text", "image_name"}
+                 "environment_setup_commit", "hints_text", "image_name", "log_parser",
+                 "eval_type"}
         version = record.get("version")
         return cls(
             instance_id=str(record["instance_id"]), repo=str(record["repo"]),
@@ -64,6 +69,8 @@ class Instance:
             environment_setup_commit=record.get("environment_setup_commit") or None,
             hints_text=str(record.get("hints_text") or ""),
             image_name=record.get("image_name") or None,
+            log_parser=record.get("log_parser") or None,
+            eval_type=record.get("eval_type") or None,
             extra={k: v for k, v in record.items() if k not in known})
 
 
