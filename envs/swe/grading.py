@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyhub.errors import UsageError
+from skyhub.errors import MissingDependency, UsageError
 
 from .instances import Instance
 
@@ -62,8 +62,8 @@ def grade(instance: Instance, log: str) -> Grade:
         from swebench.harness.log_parsers import PARSER_REGISTRY
         from swebench.types import TestSpec
     except ImportError:
-        raise UsageError("grading SWE-bench instances needs the swebench package: pip "
-                         "install 'skyhub[swe]'") from None
+        raise MissingDependency("grading SWE-bench instances needs the swebench package: "
+                                "pip install 'skyhub[swe]'") from None
     parser = instance.log_parser or DEFAULT_LOG_PARSER
     if parser not in PARSER_REGISTRY:
         raise UsageError(f"{instance.instance_id}: log_parser {parser!r} is not one of the "
