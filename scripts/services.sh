@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install and start what the tests need, on a fresh Debian/Ubuntu machine or again (idempotent):
-# bubblewrap and Debian's python3-ipykernel (local sandboxes and their kernels), PostgreSQL on
+# bubblewrap and Debian's python3-ipykernel (local sandboxes and their kernels) and python3-pytest
+# (a project's tests in a local sandbox: swe-synth), PostgreSQL on
 # 127.0.0.1:55432 (the sql envs' engine="postgres"),
 # the Docker engine with a locally seeded debian:bookworm-slim (Docker Hub is unreachable from
 # our machines), and skyhub's sandbox images.
@@ -23,7 +24,7 @@ apt_install() {
 
 # bubblewrap for local sandboxes; Debian's Jupyter stack for kernels in local sandboxes (they
 # run as their own uid, which cannot read a virtualenv under /root)
-apt_install bubblewrap python3-ipykernel python3-jupyter-client python3-numpy python3-sympy
+apt_install bubblewrap python3-ipykernel python3-jupyter-client python3-numpy python3-sympy python3-pytest
 # headless Chromium and its WebDriver: the `skyhub view` browser test (Selenium drives the
 # system browser; nothing is downloaded)
 command -v chromedriver >/dev/null || apt_install chromium chromium-driver

@@ -20,6 +20,7 @@ import random
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from skyhub.errors import UsageError
 
@@ -127,5 +128,26 @@ def generate(project: Project, run: Runner, *, n: int, seed: int = 0,
                 "before": m.before, "after": m.after}})
 
 
+def sandbox_runner(sandbox: Any, *, root: str = "/testbed",
+                   command: str = "python3 -m pytest -rA -p no:cacheprovider",
+                   timeout: float = 600.0) -> Runner:
+    """A `Runner` over a sandbox whose workdir `root` holds the project: each run writes the
+    replaced files, runs `command` there and restores the snapshot taken when the runner was
+    made (so no run sees another's files or leftovers). A run past `timeout` seconds counts
+    as one where the tests did not all run (its mutation is not kept)."""
+    snap = sandbox.snapshot()
+
+    def run(files: dict[str, str]) -> tuple[str, int]:
+        try:
+            for path, text in files.items():
+                sandbox.write_file(f"{root.rstrip('/')}/{path}", text)
+            r = sandbox.exec(command, timeout=timeout, cwd=root)
+        finally:
+            sandbox.restore(snap)
+        return r.stdout + r.stderr, r.exit_code
+
+    return run
+
+
 __all__ = ["Project", "Runner", "failure_messages", "generate", "problem_statement",
-           "pytest_statuses"]
+           "pytest_statuses", "sandbox_runner"]

@@ -123,6 +123,25 @@ def test_tasks_fail_before_the_gold_patch_and_pass_after(project_dir: Path,
     assert [t.patch for t in other] != [t.patch for t in tasks]
 
 
+def test_the_sandbox_runner(project_dir: Path, local_backend: str) -> None:
+    """The same tasks from the project's tests run in a local sandbox, each run on a clean
+    copy (a mutation that hangs the tests is not kept)."""
+    import skyhub
+    from skyhub.envs.swe.synth import sandbox_runner
+
+    with skyhub.sandbox.create(backend=local_backend, workdir="/testbed") as sb:
+        sb.upload(project_dir / "mini", "/testbed/mini")
+        sb.upload(project_dir / "tests", "/testbed/tests")
+        hang = CORE.replace("    return x\n", "    while True:\n        pass\n")
+        output, code = sandbox_runner(sb, timeout=5)({"mini/core.py": hang})
+        assert code != 0 and "test_clamp_inside" not in pytest_statuses(output)
+        assert sb.read_file("/testbed/mini/core.py").decode() == CORE  # restored
+        run = sandbox_runner(sb, timeout=300)
+        tasks = list(generate(Project("mini", "1.0", {"mini/core.py": CORE}), run, n=2))
+        assert len(tasks) == 2 and all(t.fail_to_pass for t in tasks)
+        assert sb.read_file("/testbed/mini/core.py").decode() == CORE
+
+
 def test_a_project_whose_tests_fail_is_refused(project_dir: Path, tmp_path: Path) -> None:
     run = runner(project_dir, tmp_path / "work")
     broken = {"mini/core.py": CORE.replace("return x\n", "return -x\n")}
