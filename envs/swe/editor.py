@@ -28,15 +28,13 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from .errors import EditorError
+
 COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 CONTEXT_LINES = 4  # shown above and below an edit
 MAX_OUTPUT = 16_000  # characters of one view before it is clipped
 CLIPPED = ("\n<output clipped: only the start is shown. Search the file with `grep -n` and "
            "view the lines you need with view_range.>")
-
-
-class EditorError(Exception):
-    """A command the editor refused; the message tells the agent what to do instead."""
 
 
 class Editor:
