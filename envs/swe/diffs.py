@@ -40,25 +40,22 @@ class FileDiff:
 
     def removed_lines(self) -> list[int]:
         """1-based line numbers, in the old file, of the lines this diff removes."""
-        out: list[int] = []
-        for h in self.hunks:
-            n = h.old_start
-            for line in h.lines:
-                if line[:1] == "-":
-                    out.append(n)
-                if line[:1] in ("-", " "):
-                    n += 1
-        return out
+        return self._marked("-")
 
     def added_lines(self) -> list[int]:
         """1-based line numbers, in the new file, of the lines this diff adds."""
+        return self._marked("+")
+
+    def _marked(self, tag: str) -> list[int]:
+        """Line numbers of the lines tagged `tag`, counted in the file that holds them (the
+        old one for '-', the new one for '+')."""
         out: list[int] = []
         for h in self.hunks:
-            n = h.new_start
+            n = h.old_start if tag == "-" else h.new_start
             for line in h.lines:
-                if line[:1] == "+":
+                if line[:1] == tag:
                     out.append(n)
-                if line[:1] in ("+", " "):
+                if line[:1] in (tag, " "):
                     n += 1
         return out
 
