@@ -9,6 +9,7 @@ that both can be mapped to the functions around them; nothing here touches a dis
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 
@@ -135,4 +136,28 @@ def _strip(name: str) -> str | None:
     return name[2:] if name[:2] in ("a/", "b/") else name
 
 
-__all__ = ["FileDiff", "Hunk", "parse_patch"]
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    """A git-style unified diff of one file (`a/path`, `b/path`, 3 lines of context)."""
+    body = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                fromfile=f"a/{path}", tofile=f"b/{path}", n=3)
+    lines = []
+    for line in body:
+        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return f"diff --git a/{path} b/{path}\n" + "".join(lines) if lines else ""
+
+
+def apply_patch(files: dict[str, str], patch: str) -> dict[str, str | None]:
+    """The files a patch changes, with their new text (None: deleted), from `files` (path ->
+    old text; a path missing there is taken as empty, as for a created file)."""
+    out: dict[str, str | None] = {}
+    for fd in parse_patch(patch):
+        if fd.new_path is None:
+            out[fd.path] = None
+        else:
+            old = out.get(fd.old_path) if fd.old_path in out else files.get(fd.old_path or "", "")
+            out[fd.new_path] = fd.apply(old or "")
+    return out
+
+
+__all__ = ["FileDiff", "Hunk", "apply_patch", "parse_patch", "unified_diff"]

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import ast
 import copy
-import difflib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from .diffs import unified_diff
 
 KINDS = ("operator", "condition", "off_by_one", "drop", "swap_args", "return")
 
@@ -58,16 +59,6 @@ class Mutation:
     def fix_patch(self, original: str) -> str:
         """The gold patch: the diff that removes the bug (mutated -> original)."""
         return unified_diff(self.path, self.source, original)
-
-
-def unified_diff(path: str, old: str, new: str) -> str:
-    """A git-style unified diff of one file (`a/path`, `b/path`, 3 lines of context)."""
-    body = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                fromfile=f"a/{path}", tofile=f"b/{path}", n=3)
-    lines = []
-    for line in body:
-        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return f"diff --git a/{path} b/{path}\n" + "".join(lines) if lines else ""
 
 
 def mutations(source: str, path: str, kinds: tuple[str, ...] = KINDS) -> Iterator[Mutation]:
@@ -230,4 +221,4 @@ def _char_offset(source: str, offsets: list[int], line: int, col: int) -> int:
     return start + len(text.encode("utf-8")[:col].decode("utf-8", errors="ignore"))
 
 
-__all__ = ["KINDS", "Mutation", "mutations", "sample", "unified_diff"]
+__all__ = ["KINDS", "Mutation", "mutations", "sample"]
