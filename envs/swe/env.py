@@ -41,9 +41,8 @@ from .editor import Editor
 from .errors import EditorError
 from .grading import eval_log, grade
 from .instances import Instance, load_instances
-from .workspace import Workspace, export, find_repository, read_tree
+from .workspace import TESTBED, Workspace, export, find_repository, read_tree, testbed_sandbox
 
-TESTBED = "/testbed"
 REWARDS = ("resolved", "localization")
 PYTEST = "python3 -m pytest -rA -p no:cacheprovider"
 #: the environment the tests run with: no user site, no stray bytecode
@@ -298,18 +297,6 @@ class SWEEnv(ShellEnv):
         self._snaps = {}
 
 
-def testbed_sandbox(backend: str = "auto", image: str | None = None, **kwargs: Any) -> Any:
-    """A sandbox whose workdir is /testbed; on Docker the `swe` image unless `image`."""
-    import skyhub.sandbox
-    from skyhub.sandbox import images
-
-    if backend == "auto":
-        backend = "docker" if skyhub.sandbox.docker_available() else "local"
-    if image is None and backend == "docker":
-        image = images.image_tag("swe")
-    return skyhub.sandbox.create(image=image, backend=backend, workdir=TESTBED, **kwargs)
-
-
 def _synth_data() -> Path:
     from .synth_data import dataset_dir
 
@@ -337,4 +324,4 @@ def _put(sb: Any, path: str, data: bytes | None) -> None:
         sb.write_file(full, data)
 
 
-__all__ = ["SWEEnv", "testbed_sandbox"]
+__all__ = ["SWEEnv"]

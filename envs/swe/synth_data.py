@@ -35,6 +35,7 @@ from skyhub.errors import ChecksumMismatch, DownloadError, UsageError
 
 from .instances import Instance
 from .synth import Project, generate, sandbox_runner
+from .workspace import testbed_sandbox
 
 PYTEST = "python3 -m pytest -rA -p no:cacheprovider"
 _FILES = "https://files.pythonhosted.org/packages"
@@ -133,8 +134,6 @@ def make_tasks(project: SynthProject, tree: Path, *, n: int, seed: int = 0,
                backend: str = "auto", image: str | None = None,
                on_try: Any = None) -> Iterator[Instance]:
     """Up to `n` tasks from the unpacked project at `tree`, its tests run in a sandbox."""
-    from .env import testbed_sandbox
-
     with testbed_sandbox(backend, image, memory_mb=2048, pool="swe-synth") as sb:
         sb.upload(tree, "/testbed")
         run = sandbox_runner(sb, command=project.test_command, timeout=300)

@@ -13,6 +13,8 @@ What the agent changed is read from a copy of its `/testbed` taken out of the sa
 code of the agent's runs to produce it), compared file by file with the start. Changes to
 test and test-configuration files, and to files Python runs at start-up, are set aside: the
 grader restores the tests, so a fix that lives there is no fix.
+
+The sandbox side is one factory, `testbed_sandbox`: a sandbox whose workdir is /testbed.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ import subprocess
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from skyhub.errors import DataNotFound, UsageError
 
 from .diffs import apply_patch, parse_patch, unified_diff
 
+TESTBED = "/testbed"
 ARCHIVES = (".tar", ".tar.gz", ".tgz", ".zip")
 #: files a test run reads besides the tests: its configuration and Python's start-up hooks
 TEST_CONFIG = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml",
@@ -183,4 +187,17 @@ def _patched(files: dict[str, bytes], patch: str) -> dict[str, bytes | None]:
     return {p: None if t is None else t.encode() for p, t in apply_patch(texts, patch).items()}
 
 
-__all__ = ["Workspace", "export", "find_repository", "is_protected", "read_tree"]
+
+def testbed_sandbox(backend: str = "auto", image: str | None = None, **kwargs: Any) -> Any:
+    """A sandbox whose workdir is /testbed; on Docker the `swe` image unless `image`."""
+    import skyhub.sandbox
+    from skyhub.sandbox import images
+
+    if backend == "auto":
+        backend = "docker" if skyhub.sandbox.docker_available() else "local"
+    if image is None and backend == "docker":
+        image = images.image_tag("swe")
+    return skyhub.sandbox.create(image=image, backend=backend, workdir=TESTBED, **kwargs)
+
+__all__ = ["TESTBED", "Workspace", "export", "find_repository", "is_protected", "read_tree",
+           "testbed_sandbox"]
