@@ -131,6 +131,8 @@ class SWEEnv(ShellEnv):
         self._workspace: Workspace | None = None
         self._editor: Editor | None = None
         self._last_action = ""
+        #: the last verdict's test log, whole, as SWE-bench's eval script writes it
+        self.last_test_log = ""
 
     # -- the repository ----------------------------------------------------------------
     @property
@@ -237,7 +239,8 @@ class SWEEnv(ShellEnv):
             raise InfraError("the sandbox's container was stopped from outside while the "
                              "tests ran")
         output = r.stdout + r.stderr
-        g = grade(inst, eval_log(output, -1 if r.exit_code is None else r.exit_code))
+        self.last_test_log = eval_log(output, -1 if r.exit_code is None else r.exit_code)
+        g = grade(inst, self.last_test_log)
         loc = self._localization(model_patch)
         breakdown = {"resolved": float(g.resolved), "fail_to_pass": g.fail_to_pass,
                      "tests_ran": float(g.valid), "set_aside": float(len(set_aside)),

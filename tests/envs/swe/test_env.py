@@ -109,8 +109,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def env(data: Path, local_backend: str) -> Iterator[SWEEnv]:
-    e = skyhub.make("swe", data_dir=data / "instances.jsonl", backend=local_backend,
+def env(data: Path, backend: str) -> Iterator[SWEEnv]:
+    """One env per backend (local, docker), shared by the module's tests."""
+    e = skyhub.make("swe", data_dir=data / "instances.jsonl", backend=backend,
                     command_timeout_s=60)
     yield e
     e.close()
