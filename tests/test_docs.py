@@ -105,6 +105,10 @@ NOT_RUN = {
         "MY_TASKS stands for the reader's own tasks; the same commands on bundled tasks are "
         "tests/envs/harbor/test_harbor_fidelity.py's",
     "docs/development.md # Development [bash 1]": "runs the test suite itself",
+    "docs/envs.md ## Software engineering [python 1]":
+        "instances.jsonl and repos/ stand for the reader's data, and swe-synth's for a "
+        "download; the same calls on a repository the test builds, and on swe-synth's tasks, "
+        "are tests/envs/swe/test_env.py's and test_synth_data.py's",
     "docs/harnesses.md ## Evaluating with a harness [bash 1]":
         "./my-model stands for the reader's model, and a gateway left serving in the "
         "background; the same eval with a scripted model behind a gateway is "
