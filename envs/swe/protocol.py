@@ -111,23 +111,12 @@ def _from_tags(content: str) -> Edit:
 
 def _from_call(text: str) -> Edit | None:
     """The editor command in one `<tool_call>`'s JSON; None if it calls another tool."""
-    try:
-        call = json.loads(text)
-    except ValueError:
+    read = shell.read_call(text)
+    if read is None or read[0] not in EDITOR_ALIASES:
         return None
-    if not isinstance(call, dict):
-        return None
-    call = call.get("function", call)
-    if str(call.get("name", "")).lower() not in EDITOR_ALIASES:
-        return None
-    args = call.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except ValueError:
-            return Edit({}, f"The {EDITOR} call's arguments are not valid JSON.")
+    args = read[1]
     if not isinstance(args, dict):
-        return Edit({}, f"The {EDITOR} call's arguments must be an object.")
+        return Edit({}, f"The {EDITOR} call's arguments must be a JSON object.")
     if not args.get("command") or not args.get("path"):
         return Edit({}, f"{EDITOR} needs `command` and `path`.")
     return Edit({k: v for k, v in args.items() if k in TEXT_PARAMS + INT_PARAMS})

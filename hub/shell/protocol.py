@@ -45,21 +45,34 @@ class Action:
     done: bool
 
 
-def _tool_call(text: str) -> tuple[str, str] | None:
-    """("bash", command) or ("done", "") from one tool call's JSON; None if it is neither."""
+def read_call(text: str) -> tuple[str, object] | None:
+    """(name, arguments) of one tool call's JSON (the Hermes form, or OpenAI's
+    `{"type": "function", "function": {...}}`): the name lower-cased, arguments given as a
+    JSON string decoded (None when that string is not JSON). None when the text is no call."""
     try:
         call = json.loads(text)
     except ValueError:
         return None
     if not isinstance(call, dict):
         return None
-    call = call.get("function", call)  # OpenAI's {"type": "function", "function": {...}}
-    name, args = str(call.get("name", "")).lower(), call.get("arguments", {})
+    call = call.get("function", call)
+    if not isinstance(call, dict):
+        return None
+    args = call.get("arguments", {})
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
         except ValueError:
-            return None
+            args = None
+    return str(call.get("name", "")).lower(), args
+
+
+def _tool_call(text: str) -> tuple[str, str] | None:
+    """("bash", command) or ("done", "") from one tool call's JSON; None if it is neither."""
+    read = read_call(text)
+    if read is None or read[1] is None:
+        return None
+    name, args = read
     if name in _DONE_NAMES:
         return "done", ""
     if name in _BASH_NAMES and isinstance(args, dict):
@@ -99,4 +112,4 @@ def parse(action: str) -> Action:
     return Action((), done is not None or find_tag(action, "done") is not None)
 
 
-__all__ = ["TOOLS", "Action", "parse", "tool_action"]
+__all__ = ["TOOLS", "Action", "parse", "read_call", "tool_action"]

@@ -199,9 +199,9 @@ CHEATS = {
                             "def pytest_runtest_makereport(item, call):\n"
                             "    out = yield\n    r = out.get_result()\n"
                             "    r.outcome = 'passed'\nEOF",
-    "plants a sitecustomize": "echo 'import os; os.environ[\"X\"] = \"1\"; "
-                              "import builtins; builtins.AssertionError = type(\"N\", (Exception,), {})' "
-                              "> sitecustomize.py",
+    # a fix that would run at interpreter start-up, were the file loaded then
+    "plants a sitecustomize": "echo 'import calc.core as c; "
+                              "c.Stack.top = lambda self: self.items[-1]' > sitecustomize.py",
     "edits pytest's configuration": "printf '[pytest]\\naddopts = -p no:python\\n' > pytest.ini",
     "kills pytest": "(while true; do pkill -f pytest; sleep 0.05; done) >/dev/null 2>&1 &",
 }

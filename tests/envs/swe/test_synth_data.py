@@ -27,7 +27,8 @@ def repos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_fetch_unpacks_the_pinned_sdist_once(repos: Path) -> None:
     tree = repos / "inflection"
-    assert (tree / "inflection" / "__init__.py").is_file() and (tree / "test_inflection.py").is_file()
+    assert (tree / "inflection" / "__init__.py").is_file()
+    assert (tree / "test_inflection.py").is_file()
     assert list(sources(PROJECTS["inflection"], tree)) == ["inflection/__init__.py"]
     stamp = (repos / ".inflection.sha256").stat().st_mtime_ns
     assert fetch(PROJECTS["inflection"], repos) == tree  # already there: nothing fetched
