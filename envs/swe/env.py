@@ -81,8 +81,9 @@ class SWEEnv(ShellEnv):
     repositories are: `workspace`; default `data_dir`'s folder, or the `repos/` folder in
     it), `reward` ("resolved" or "localization"), `test_command` (run in /testbed; default
     the instance's `test_cmd`, else `pytest -rA` on the test files its test names and test
-    patch name), `test_timeout_s`, and the shell family's `backend`, `image` (docker;
-    default skyhub's `swe` image: Debian's Python, pytest and git), `max_turns`,
+    patch name), `test_timeout_s`, and the shell family's `backend`, `image` (docker; default
+    the instance's `image_name`, else skyhub's `swe` image: Debian's Python, pytest and
+    git; a new sandbox is made when the next instance names another image), `max_turns`,
     `command_timeout_s`, `max_tool_calls`, `turn_timeout_s`, `max_output`, `cpus`,
     `memory_mb`, `protocol` ("tags" or "tools")."""
 
@@ -128,6 +129,7 @@ class SWEEnv(ShellEnv):
         self.system_prompt = prompt.format(timeout=command_timeout_s, max_turns=max_turns)
         self._bases: OrderedDict[tuple[str, str], dict[str, bytes]] = OrderedDict()
         self._snaps: dict[tuple[str, str], Any] = {}
+        self._image_now: str | None = None  # the image the sandbox was made from
         self._workspace: Workspace | None = None
         self._editor: Editor | None = None
         self._last_action = ""
@@ -172,12 +174,14 @@ class SWEEnv(ShellEnv):
     def _start(self, inst: Instance) -> Any:
         """The env's sandbox with `/testbed` holding the base files (restored from their
         snapshot, made on first use) and the task's bug written over them."""
-        if self._sandbox is not None and self._sandbox.closed:
+        image = self.image or (inst.image_name if self.backend != "local" else None)
+        if self._sandbox is not None and (self._sandbox.closed or image != self._image_now):
+            self._discard_sandbox()  # lost, or another instance's environment image
             self._sandbox, self._snaps = None, {}
         if self._sandbox is None:
-            self._sandbox = testbed_sandbox(self.backend, self.image, cpus=self.cpus,
+            self._sandbox = testbed_sandbox(self.backend, image, cpus=self.cpus,
                                             memory_mb=self.memory_mb, pool="swe")
-            self._clean = self._sandbox.snapshot()
+            self._clean, self._image_now = self._sandbox.snapshot(), image
         sb, key = self._sandbox, self._key(inst)
         if key in self._snaps:
             sb.restore(self._snaps[key], kill_processes=True)

@@ -233,3 +233,21 @@ def test_a_fix_still_counts_beside_a_cheat(env: SWEEnv) -> None:
     reward, info = _play(env, [f"<bash>{CHEATS['plants a conftest.py']}\n{FIX}</bash>"])
     assert reward == 1.0, info.get("test_output")
     assert info["set_aside"] == ["conftest.py"]
+
+
+def test_an_instance_runs_in_the_image_it_names(data: Path, docker_backend: str) -> None:
+    """SWE-Gym's and SWE-smith's records name their environment image (`image_name`): the
+    episode runs there, and the next instance's image gets a sandbox of its own."""
+    from skyhub.envs.swe.instances import load_instances
+    from skyhub.sandbox import images
+
+    plain = load_instances(data / "instances.jsonl")[0]
+    named = type(plain)(**{**plain.__dict__, "instance_id": "acme__calc-default-image",
+                           "image_name": images.image_tag("default")})
+    with SWEEnv(instances=[plain, named], repos=data / "repos", backend=docker_backend) as env:
+        env.reset(options={"task_id": named.instance_id})
+        obs, *_ = env.step("<bash>python3 -c 'import pytest' 2>&1 | tail -1</bash>")
+        assert "No module named 'pytest'" in obs  # skyhub's default image has no pytest
+        env.reset(options={"task_id": plain.instance_id})
+        obs, *_ = env.step("<bash>python3 -c 'import pytest; print(\"ok\")'</bash>")
+        assert "ok" in obs  # the swe image again
