@@ -141,7 +141,8 @@ def sandbox_runner(sandbox: Any, *, root: str = "/testbed",
         try:
             for path, text in files.items():
                 sandbox.write_file(f"{root.rstrip('/')}/{path}", text)
-            r = sandbox.exec(command, timeout=timeout, cwd=root)
+            # a wide "terminal", so the short summary keeps the failures' messages whole
+            r = sandbox.exec(command, timeout=timeout, cwd=root, env={"COLUMNS": "240"})
         finally:
             sandbox.restore(snap)
         return r.stdout + r.stderr, r.exit_code
