@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Every module that defines public exceptions: core's, then the families' and the trainer's.
 ERROR_MODULES = ["skyhub.errors", "skyhub.envs.sql.errors", "skyhub.envs.harbor.errors",
-                 "skyhub.envs.swe.errors", "skyhub.trainer.errors", "skyhub.trainer.tinker.exceptions"]
+                 "skyhub.envs.swe.errors", "skyhub.trainer.errors",
+                 "skyhub.trainer.tinker.exceptions"]
 
 #: Files that run where skyhub is not installed (a sandbox's own python3): their exceptions
 #: cannot derive from skyhub's.
