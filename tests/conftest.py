@@ -90,3 +90,32 @@ def backend(request: pytest.FixtureRequest) -> str:
     """Each sandbox backend in turn, skipped (or failed in CI) where its service is missing:
     what "missing" means is `local_backend`'s and `docker_backend`'s to say."""
     return request.getfixturevalue(f"{request.param}_backend")
+
+
+# -- order: the longest files first -------------------------------------------------------
+#: The files that take minutes (from `--durations`), longest first. scripts/test.sh runs the
+#: suite on parallel workers, a file at a time, in collection order: started last, one of
+#: these would run alone at the end while the other workers sit idle.
+LONGEST_FILES = (
+    "tests/trainer/test_learning.py",
+    "tests/envs/python/test_python_tools.py",
+    "tests/test_docs.py",
+    "tests/envs/test_eval_oracles.py",
+    "tests/envs/python/test_python_envs.py",
+    "tests/trainer/test_determinism.py",
+    "tests/trainer/test_fsdp_learner.py",
+    "tests/harness/test_terminus.py",
+    "tests/harness/test_mini_swe_agent.py",
+    "tests/envs/swe/test_synth.py",
+    "tests/trainer/test_tool_learning.py",
+    "tests/core/share/test_scaffold_publish.py",
+    "tests/trainer/test_tinker_parts.py",
+    "tests/envs/harbor/test_harbor_fidelity.py",
+    "tests/trainer/test_reference_losses.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the tests of `LONGEST_FILES` first, in that order (the rest keep theirs)."""
+    rank = {path: i for i, path in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))

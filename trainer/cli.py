@@ -143,7 +143,8 @@ def train_cmd(
     ranks = cfg.dist.learner_ranks
     console.print(f"[bold]training[/bold] {cfg.env.id} with recipe {cfg.recipe} "
                   f"({cfg.loop.mode}, engine {cfg.rollout.engine}"
-                  + (f", {ranks} learner ranks" if ranks > 1 else "") + f") -> {cfg.loop.out}")
+                  + (f", {ranks} learner ranks" if ranks > 1 else "") + f") -> {cfg.loop.out}",
+                  soft_wrap=True)  # a path is never broken over lines
     s = train(cfg)
     if s is None:  # a node without rank 0: its ranks are done
         console.print(f"node {cfg.dist.node_rank}: learner ranks finished")
@@ -158,4 +159,4 @@ def train_cmd(
     if s.eval_env:
         console.print(f"evaluated on {s.eval_env}", soft_wrap=True)
     console.print(f"metrics: {s.out / 'metrics.jsonl'}  curves: {s.out / 'curves.png'}  "
-                  f"checkpoints: {s.out / 'checkpoints'}")
+                  f"checkpoints: {s.out / 'checkpoints'}", soft_wrap=True)

@@ -45,7 +45,7 @@ def save_roots(env: Any, where: Path) -> dict[str, Any]:
         roots = env._data_roots()
         sb.container.reload()
         if sb.container.status == "running":  # one moment's files, whatever still runs
-            sb.container.pause()
+            verifier.freeze(sb.container)
             paused = True
         changed = verifier.changed_roots(sb.container.diff() or [], roots)
         (dest / "roots").mkdir(parents=True)

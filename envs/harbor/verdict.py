@@ -235,7 +235,7 @@ class VerdictPhases:
         try:
             sb.container.reload()
             if sb.container.status == "running":
-                sb.container.pause()
+                verifier.freeze(sb.container)
                 paused = True
             changed = verifier.changed_roots(sb.container.diff() or [], roots)
             budget = [verifier.MAX_DATA_BYTES]

@@ -39,6 +39,7 @@ import math
 import posixpath
 import re
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,28 @@ def data_root_problem(path: str) -> str | None:
         if norm == top or norm.startswith(top + "/"):
             return f"{norm} is in {top}, where programs, libraries or their configuration live"
     return None
+
+
+#: How often a pause is tried before its failure stands (`freeze`).
+FREEZE_TRIES = 5
+
+
+def freeze(container: Any) -> None:
+    """Pause `container` (its processes frozen, so nothing changes what is then copied).
+    runc gives up when the container's cgroup does not reach FROZEN within its short wait
+    ("unable to freeze"), which a loaded machine sees now and then with processes forking;
+    that is tried again, a moment later, up to `FREEZE_TRIES` times. Any other error, or
+    the last try's, is raised (docker's APIError)."""
+    import docker.errors
+
+    for attempt in range(1, FREEZE_TRIES + 1):
+        try:
+            container.pause()
+            return
+        except docker.errors.APIError as e:
+            if "unable to freeze" not in str(e) or attempt == FREEZE_TRIES:
+                raise
+            time.sleep(0.2 * attempt)
 
 
 def changed_roots(changes: list[dict[str, Any]], roots: list[str]) -> list[str]:

@@ -51,7 +51,9 @@ def runs(docker_daemon: None, tmp_path_factory: pytest.TempPathFactory) -> dict[
     for agent in ("oracle", "nop"):
         records = _eval(tasks, agent, root / agent, out["states"])
         assert [r["reward"] for r in records] == [1.0 if agent == "oracle" else 0.0]
-        state = Path(records[0]["final_info"]["final_state"])
+        info = records[0]["final_info"]
+        assert "final_state" in info, info.get("final_state_error", info)
+        state = Path(info["final_state"])
         saved = json.loads((state / "state.json").read_text())
         assert saved["task_id"] == "fix-config" and saved["verdict"]["reward"] == \
             records[0]["reward"]
