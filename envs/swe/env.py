@@ -37,6 +37,7 @@ from skyhub.shell.env import ShellEnv
 from skyhub.task import Task, TaskSet
 
 from . import localization, protocol
+from .diffs import parse_patch
 from .editor import Editor
 from .errors import EditorError
 from .grading import eval_log, grade
@@ -47,9 +48,8 @@ REWARDS = ("resolved", "localization")
 PYTEST = "python3 -m pytest -rA -p no:cacheprovider"
 #: the environment the tests run with: no user site, no stray bytecode
 TEST_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-GIT_COMMIT = ("git init -q && git add -A && git -c user.name=skyhub "
-              "-c user.email=skyhub@localhost -c commit.gpgsign=false commit -q --no-verify "
-              "-m 'the task'")
+GIT = "git -c user.name=skyhub -c user.email=skyhub@localhost -c commit.gpgsign=false"
+GIT_COMMIT = f"git init -q && git add -A && {GIT} commit -q --no-verify -m 'the task'"
 
 SYSTEM_PROMPT = (
     "You are fixing a software repository at /testbed, in a Linux shell (bash) with no "
@@ -129,6 +129,8 @@ class SWEEnv(ShellEnv):
         self.system_prompt = prompt.format(timeout=command_timeout_s, max_turns=max_turns)
         self._bases: OrderedDict[tuple[str, str], dict[str, bytes]] = OrderedDict()
         self._snaps: dict[tuple[str, str], Any] = {}
+        self._hot: dict[tuple[str, str], list[str]] = {}  # see `_index`
+        self._keys: dict[str, tuple[str, str]] = {}
         self._image_now: str | None = None  # the image the sandbox was made from
         self._workspace: Workspace | None = None
         self._editor: Editor | None = None
@@ -143,7 +145,11 @@ class SWEEnv(ShellEnv):
         return self.instances[self.task.id]
 
     def _key(self, inst: Instance) -> tuple[str, str]:
-        return str(find_repository(self.repos, inst.repo)), inst.base_commit
+        """(where its repository is, its base commit): what a snapshot is made for."""
+        if inst.instance_id not in self._keys:
+            self._keys[inst.instance_id] = (str(find_repository(self.repos, inst.repo)),
+                                            inst.base_commit)
+        return self._keys[inst.instance_id]
 
     def _base(self, inst: Instance) -> dict[str, bytes]:
         """The repository's files at the base commit, read once (the last few kept)."""
@@ -163,7 +169,9 @@ class SWEEnv(ShellEnv):
         self._workspace = Workspace(self._base(inst), str(inst.extra.get("bug_patch") or ""),
                                     inst.test_patch)
         sb = self._start(inst)
-        r = sb.exec(GIT_COMMIT, timeout=300, cwd=TESTBED)
+        hot = self._hot[self._key(inst)]
+        add = f"git add -A -- {' '.join(shlex.quote(p) for p in hot)} && " if hot else ""
+        r = sb.exec(f"{add}{GIT} commit -q --no-verify -m 'the task'", timeout=300, cwd=TESTBED)
         if not r.ok:
             raise InfraError(f"{task.id}: could not commit /testbed (exit {r.exit_code}; does "
                              f"the image have git?): {(r.stderr or r.stdout)[-300:]}")
@@ -190,11 +198,28 @@ class SWEEnv(ShellEnv):
             with tempfile.TemporaryDirectory(prefix="skyhub-swe-") as tmp:
                 Workspace(self._base(inst)).write(Path(tmp))
                 sb.upload(tmp, TESTBED)
+            self._index(sb, key)
             self._snaps[key] = sb.snapshot()
         assert self._workspace is not None
         for path, data in self._workspace.bug.items():
             _put(sb, path, data)
         return sb
+
+    def _index(self, sb: Any, key: tuple[str, str]) -> None:
+        """Stage the base files in a new git repository at /testbed, all but the "hot" ones
+        (those a task's bug changes, in any instance of this repository and commit), and
+        keep it in the snapshot: a reset then stages only the hot files and commits. No
+        blob of a hot file's original text is ever written, so the agent cannot read a
+        fix out of git's objects (`git cat-file`, `git fsck --lost-found`)."""
+        hot = sorted({fd.path for i in self.instances.values() if self._key(i) == key
+                      for fd in parse_patch(str(i.extra.get("bug_patch") or ""))})
+        self._hot[key] = hot
+        excluded = " ".join(shlex.quote(f":(exclude){p}") for p in hot)
+        r = sb.exec(f"git init -q && git add -A -- . {excluded}", timeout=600, cwd=TESTBED)
+        if not r.ok:
+            raise InfraError(f"could not make a git repository in /testbed (exit "
+                             f"{r.exit_code}; does the image have git?): "
+                             f"{(r.stderr or r.stdout)[-300:]}")
 
     # -- turns -------------------------------------------------------------------------
     def _turn(self, action: str) -> StepResult:

@@ -5,6 +5,7 @@ the same seed makes the same tasks."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tarfile
 from pathlib import Path
@@ -78,6 +79,13 @@ def test_every_task_fails_before_the_gold_patch_and_passes_after(
             rb = info["reward_breakdown"]
             assert reward == 0.0 and rb["fail_to_pass"] == 0.0 and rb["tests_ran"] == 1.0
             env.reset(options={"task_id": t.instance_id})
+            # the original text of the file the bug is in is in no git object of /testbed
+            path = t.extra["mutation"]["path"]
+            original = (repos / "inflection" / path).read_bytes()
+            sha = hashlib.sha1(b"blob %d\0" % len(original) + original).hexdigest()
+            obs, *_ = env.step(f"<bash>git cat-file -e {sha} && echo LEAK; "
+                               "git log --oneline | wc -l; git status --short | wc -l</bash>")
+            assert "LEAK" not in obs and "1\n0" in obs, obs
             env.step(env.reference_action())
             _, reward, terminated, _, info = env.step(env.reference_action())
             assert terminated and reward == 1.0, info.get("test_output")
