@@ -125,23 +125,24 @@ def fresh_containers(repo: Path, n: int) -> list[float]:
 
 
 def verdicts(env: Any, task_id: str, n: int) -> tuple[list[float], list[float]]:
-    """The verdict step of `n` nop episodes of one task, and its test command run `n` times
-    by hand in a warm container holding the same files."""
+    """The verdict step of `n` nop episodes of one task, and its test command run by hand in
+    a warm container holding the same files, interleaved (one of each per round), so a
+    change in the machine's load falls on both alike."""
     from skyhub.envs.swe.workspace import testbed_sandbox
 
-    ours: list[float] = []
-    for _ in range(n):
-        env.reset(options={"task_id": task_id})
-        t = time.perf_counter()
-        env.step("<done/>")
-        ours.append(time.perf_counter() - t)
+    env.reset(options={"task_id": task_id})
     command = env.instance.extra["test_cmd"]
+    ours: list[float] = []
     by_hand: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, testbed_sandbox("docker") as sb:
         env._workspace.write(Path(tmp))
         sb.upload(tmp, "/testbed")
         sb.exec(command, timeout=600, cwd="/testbed")
         for _ in range(n):
+            env.reset(options={"task_id": task_id})
+            t = time.perf_counter()
+            env.step("<done/>")
+            ours.append(time.perf_counter() - t)
             t = time.perf_counter()
             sb.exec(command, timeout=600, cwd="/testbed")
             by_hand.append(time.perf_counter() - t)
