@@ -52,6 +52,8 @@ class Editor:
         if command not in COMMANDS:
             raise EditorError(f"Unknown command {command!r}: use one of "
                               f"{', '.join(COMMANDS)}.")
+        if isinstance(path, str) and "\x00" in path:
+            raise EditorError("The path holds a NUL byte, which no file name can: check it.")
         if not isinstance(path, str) or not path.startswith("/"):
             raise EditorError(f"The path {path!r} is not absolute: paths start with `/`, "
                               f"e.g. {self.cwd.rstrip('/')}/{str(path).lstrip('./')}.")

@@ -246,8 +246,11 @@ class SWEEnv(ShellEnv):
         except EditorError as e:
             self._stats["failed_edits"] = self._stats.get("failed_edits", 0.0) + 1
             return f"Error: {e}"
-        except TypeError as e:  # a parameter of the wrong type
-            return f"Error: the editor's parameters are wrong ({e})."
+        except InfraError:
+            raise
+        except (TypeError, ValueError) as e:  # e.g. a NUL byte in a path
+            self._stats["failed_edits"] = self._stats.get("failed_edits", 0.0) + 1
+            return f"Error: the editor cannot use these parameters ({e})."
 
     # -- the verdict -------------------------------------------------------------------
     def _judge(self) -> tuple[float | None, dict[str, float], dict[str, Any]]:

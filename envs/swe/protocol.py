@@ -106,7 +106,8 @@ def _from_tags(content: str) -> Edit:
     if not args.get("command") or not args.get("path"):
         return Edit({}, "An <edit> needs <command> (view, create, str_replace, insert or "
                         "undo_edit) and <path> (absolute).")
-    return Edit(args)
+    problem = _type_problem(args)
+    return Edit({}, problem) if problem else Edit(args)
 
 
 def _from_call(text: str) -> Edit | None:
@@ -119,7 +120,24 @@ def _from_call(text: str) -> Edit | None:
         return Edit({}, f"The {EDITOR} call's arguments must be a JSON object.")
     if not args.get("command") or not args.get("path"):
         return Edit({}, f"{EDITOR} needs `command` and `path`.")
-    return Edit({k: v for k, v in args.items() if k in TEXT_PARAMS + INT_PARAMS})
+    args = {k: v for k, v in args.items() if k in TEXT_PARAMS + INT_PARAMS}
+    problem = _type_problem(args)
+    return Edit({}, problem) if problem else Edit(args)
+
+
+def _type_problem(args: dict[str, Any]) -> str | None:
+    """What is wrong with the parameters' types (a call's JSON may hold anything), or None."""
+    for name in TEXT_PARAMS:
+        if name in args and not isinstance(args[name], str):
+            return f"{name} must be a string, not {type(args[name]).__name__}."
+    line = args.get("insert_line")
+    if line is not None and (isinstance(line, bool) or not isinstance(line, int)):
+        return "insert_line must be an integer."
+    rng = args.get("view_range")
+    if rng is not None and (not isinstance(rng, list) or len(rng) != 2 or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in rng)):
+        return "view_range must be two integers: [first, last]."
+    return None
 
 
 def parse_edit(action: str) -> Edit | None:

@@ -168,6 +168,9 @@ def test_the_editor_as_tags_and_as_tool_calls(env: SWEEnv) -> None:
     assert obs.startswith("Error: Nothing replaced")
     obs, *_ = env.step("<edit><command>str_replace</command></edit>")
     assert "needs <command>" in obs
+    for path in ("/testbed/calc/co\x00re.py", "relative.py", "/testbed/" + "x" * 5000):
+        obs, *_ = env.step(edit_text({"command": "view", "path": path}))
+        assert obs.startswith("Error"), obs[:200]
     obs, reward, *_ = env.step(ToolCall("c1", "str_replace_editor", {
         "command": "str_replace", "path": "/testbed/calc/core.py",
         "old_str": "return self.items[0]", "new_str": "return self.items[-1]"}))

@@ -48,9 +48,19 @@ def test_the_tag_form_reads_back_for_ordinary_text() -> None:
     "<edit><command>view</command></edit>",
     "<edit><path>/x</path></edit>",
     "<edit><command>view</command><path>/x</path><view_range>a b</view_range></edit>",
+    '<edit><command>view</command><path>/x</path><view_range>["a", 2]</view_range></edit>',
+    "<edit><command>view</command><path>/x</path><view_range>[1.5, 2]</view_range></edit>",
     f'<tool_call>{{"name": "{EDITOR}", "arguments": "not json"}}</tool_call>',
     f'<tool_call>{{"name": "{EDITOR}", "arguments": {{"path": "/x"}}}}</tool_call>',
     f'<tool_call>{{"name": "{EDITOR}", "arguments": [1, 2]}}</tool_call>',
+    f'<tool_call>{{"name": "{EDITOR}", "arguments": {{"command": "str_replace", "path": "/x", '
+    f'"old_str": 5, "new_str": "y"}}}}</tool_call>',
+    f'<tool_call>{{"name": "{EDITOR}", "arguments": {{"command": "insert", "path": "/x", '
+    f'"insert_line": "3", "new_str": "y"}}}}</tool_call>',
+    f'<tool_call>{{"name": "{EDITOR}", "arguments": {{"command": "view", "path": "/x", '
+    f'"view_range": [1, true]}}}}</tool_call>',
+    f'<tool_call>{{"name": "{EDITOR}", "arguments": {{"command": ["view"], "path": "/x"}}}}'
+    '</tool_call>',
 ])
 def test_malformed_commands_are_messages(action: str) -> None:
     edit = parse_edit(action)
