@@ -42,7 +42,16 @@ from .editor import Editor
 from .errors import EditorError
 from .grading import eval_log, grade
 from .instances import Instance, load_instances
-from .workspace import TESTBED, Workspace, export, find_repository, read_tree, testbed_sandbox
+from .workspace import (
+    MAX_FILE_BYTES,
+    MAX_TREE_BYTES,
+    TESTBED,
+    Workspace,
+    export,
+    find_repository,
+    read_tree,
+    testbed_sandbox,
+)
 
 REWARDS = ("resolved", "localization")
 PYTEST = "python3 -m pytest -rA -p no:cacheprovider"
@@ -259,8 +268,10 @@ class SWEEnv(ShellEnv):
         judge.kill_processes(sb)
         with tempfile.TemporaryDirectory(prefix="skyhub-swe-final-") as tmp:
             sb.download(TESTBED, tmp)
-            final = read_tree(Path(tmp))
-        changes, set_aside = ws.changes(final)
+            too_big: list[str] = []
+            final = read_tree(Path(tmp), max_file=MAX_FILE_BYTES, max_total=MAX_TREE_BYTES,
+                              too_big=too_big)
+        changes, set_aside = ws.changes(final, too_big)
         model_patch = ws.diff(changes)
         self._start(inst)  # the start again: files and processes
         for path, data in {**changes, **ws.test_files_after_patch()}.items():

@@ -102,14 +102,31 @@ def _extract(archive: Path, dest: Path) -> None:
         tar.extractall(dest, filter="data")
 
 
-def read_tree(root: Path) -> dict[str, bytes]:
+#: what the verdict reads of the agent's tree: a file over the first, or any file once the
+#: second is used up, is set aside (not applied), so a tree filled on purpose costs the host
+#: no more memory than this
+MAX_FILE_BYTES = 8 << 20
+MAX_TREE_BYTES = 256 << 20
+
+
+def read_tree(root: Path, *, max_file: int | None = None, max_total: int | None = None,
+              too_big: list[str] | None = None) -> dict[str, bytes]:
     """Every regular file under `root` (relative posix path -> bytes), `.git` left out;
-    links are not followed (nor kept: they cannot carry a fix)."""
+    links are not followed (nor kept: they cannot carry a fix). Files over `max_file`
+    bytes, or past `max_total` in all, are left out and their paths added to `too_big`."""
     out: dict[str, bytes] = {}
+    total = 0
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if rel == ".git" or rel.startswith(".git/") or path.is_symlink() or not path.is_file():
             continue
+        size = path.stat().st_size
+        if (max_file is not None and size > max_file) or \
+                (max_total is not None and total + size > max_total):
+            if too_big is not None:
+                too_big.append(rel)
+            continue
+        total += size
         out[rel] = path.read_bytes()
     return out
 
@@ -145,16 +162,18 @@ class Workspace:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
 
-    def changes(self, final: dict[str, bytes]) -> tuple[dict[str, bytes | None], list[str]]:
+    def changes(self, final: dict[str, bytes], too_big: list[str] = ()
+                ) -> tuple[dict[str, bytes | None], list[str]]:
         """The agent's changes (path -> new bytes, None: deleted) that the grader applies,
-        and the paths of those it set aside (`is_protected`)."""
+        and the paths of those it set aside (`is_protected`, or `too_big` to be read)."""
         kept: dict[str, bytes | None] = {}
         set_aside: list[str] = []
-        for path in sorted(set(self.start) | set(final)):
+        big = set(too_big)
+        for path in sorted(set(self.start) | set(final) | big):
             new = final.get(path)
-            if new == self.start.get(path):
+            if path not in big and new == self.start.get(path):
                 continue
-            if is_protected(path, self.test_files):
+            if path in big or is_protected(path, self.test_files):
                 set_aside.append(path)
             else:
                 kept[path] = new
@@ -199,5 +218,6 @@ def testbed_sandbox(backend: str = "auto", image: str | None = None, **kwargs: A
         image = images.image_tag("swe")
     return skyhub.sandbox.create(image=image, backend=backend, workdir=TESTBED, **kwargs)
 
-__all__ = ["TESTBED", "Workspace", "export", "find_repository", "is_protected", "read_tree",
-           "testbed_sandbox"]
+
+__all__ = ["MAX_FILE_BYTES", "MAX_TREE_BYTES", "TESTBED", "Workspace", "export",
+           "find_repository", "is_protected", "read_tree", "testbed_sandbox"]
