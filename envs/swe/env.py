@@ -42,6 +42,7 @@ from .editor import Editor
 from .errors import EditorError
 from .grading import eval_log, grade
 from .instances import Instance, load_instances
+from .synth import PYTEST
 from .workspace import (
     MAX_FILE_BYTES,
     MAX_TREE_BYTES,
@@ -54,7 +55,6 @@ from .workspace import (
 )
 
 REWARDS = ("resolved", "localization")
-PYTEST = "python3 -m pytest -rA -p no:cacheprovider"
 #: the environment the tests run with: no user site, no stray bytecode
 TEST_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 GIT = "git -c user.name=skyhub -c user.email=skyhub@localhost -c commit.gpgsign=false"

@@ -33,6 +33,8 @@ from .mutations import KINDS, Mutation, mutations
 Runner = Callable[[dict[str, str]], tuple[str, int]]
 
 PASSED = ("PASSED", "XFAIL")
+#: how the family runs pytest: every outcome listed (-rA, what the swebench parser reads), no cache
+PYTEST = "python3 -m pytest -rA -p no:cacheprovider"
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def generate(project: Project, run: Runner, *, n: int, seed: int = 0,
 
 
 def sandbox_runner(sandbox: Any, *, root: str = "/testbed",
-                   command: str = "python3 -m pytest -rA -p no:cacheprovider",
+                   command: str = PYTEST,
                    timeout: float = 600.0) -> Runner:
     """A `Runner` over a sandbox whose workdir `root` holds the project: each run writes the
     replaced files, runs `command` there and restores the snapshot taken when the runner was
@@ -150,5 +152,5 @@ def sandbox_runner(sandbox: Any, *, root: str = "/testbed",
     return run
 
 
-__all__ = ["Project", "Runner", "failure_messages", "generate", "problem_statement",
+__all__ = ["PYTEST", "Project", "Runner", "failure_messages", "generate", "problem_statement",
            "pytest_statuses", "sandbox_runner"]

@@ -34,10 +34,9 @@ from typing import Any
 from skyhub.errors import ChecksumMismatch, DownloadError, UsageError
 
 from .instances import Instance
-from .synth import Project, generate, sandbox_runner
+from .synth import PYTEST, Project, generate, sandbox_runner
 from .workspace import testbed_sandbox
 
-PYTEST = "python3 -m pytest -rA -p no:cacheprovider"
 _FILES = "https://files.pythonhosted.org/packages"
 
 
