@@ -12,4 +12,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/services.sh
 workers=${SKYHUB_TEST_WORKERS:-$(($(nproc) + 1))}
-exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"

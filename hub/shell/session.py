@@ -59,7 +59,7 @@ SHELL_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "ca
 _ANSI = re.compile(rb"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 START_TIMEOUT_S = 30.0
-GRACE_S = 2.0
+GRACE_S = 5.0  # for each key: a loaded machine may take seconds to answer
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,11 @@ def command_lines(command: str, nonce: str) -> str:
     lines.append(f'\\eval "$(\\builtin printf %s "${_CMD_VAR}" | \\base64 -d)" </dev/null; '
                  f"{end}\\builtin unset {_CMD_VAR}; \\builtin set +o history\n")
     return "".join(lines)
+
+
+def _markers(nonces: list[bytes]) -> re.Pattern[bytes]:
+    """The marker of any of `nonces` (group 1: the nonce, group 2: $PWD)."""
+    return re.compile(rb"\x1e(" + b"|".join(nonces) + rb"):([^\x1f]*)\x1f\r?\n")
 
 
 class ShellSession:
@@ -243,22 +248,30 @@ class ShellSession:
     def _interrupt(self, out: Capped, start: float,
                    done: re.Pattern[bytes]) -> CommandResult:
         """Ctrl-C, then Ctrl-\\, each followed by a fresh marker; then a new shell. The
-        command's own marker, printed once the signal ends it, is cut from the output."""
+        command's own marker, printed once the signal ends it, is cut from the output. A
+        marker is believed whichever key it followed: on a loaded machine the shell may
+        answer Ctrl-C's only after Ctrl-\\ was sent, and is alive all the same."""
         assert self._stream is not None
+        sent: list[bytes] = []
         for key in (b"\x03", b"\x1c"):
-            nonce = secrets.token_hex(8)
+            sent.append(secrets.token_hex(8).encode())
             try:
                 self._stream.write(key)
                 time.sleep(0.1)
                 self._stream.write(
-                    f"\n\\builtin printf '\\036{nonce}:%s\\037\\n' \"$PWD\"\n".encode())
-                m = self._read_until(re.compile(rb"\x1e" + nonce.encode() +
-                                                rb":([^\x1f]*)\x1f\r?\n"), GRACE_S, out)
+                    f"\n\\builtin printf '\\036{sent[-1].decode()}:%s\\037\\n' \"$PWD\"\n"
+                    .encode())
+                m = self._read_until(_markers(sent), GRACE_S, out)
             except TimeoutError:
                 continue
             except ChannelBroken:
                 break
-            self.cwd = m.group(1).decode("utf-8", "replace") or self.cwd
+            later = sent[sent.index(m.group(1)) + 1:]
+            if later:  # the markers typed after this one come too: output of nothing
+                with contextlib.suppress(TimeoutError, ChannelBroken):
+                    self._read_until(_markers(later), GRACE_S)
+                self._buf.clear()
+            self.cwd = m.group(2).decode("utf-8", "replace") or self.cwd
             text = done.sub(b"", out.value())
             return CommandResult(printable(text), None, self.cwd, timed_out=True,
                                  duration_s=time.monotonic() - start)
