@@ -7,6 +7,8 @@
 # containers and kernels rather than compute (about 45% of two cores busy when run one at a
 # time), so it takes one worker more than there are cores. SKYHUB_TEST_WORKERS=0 runs it in
 # this process, one test at a time.
+# Files go out in collection order (not xdist's default, the files with the most tests
+# first), so tests/conftest.py's longest files start first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
