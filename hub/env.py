@@ -84,6 +84,7 @@ from typing import Any, ClassVar
 import gymnasium
 
 from skyhub.errors import UsageError
+from skyhub.fork import Played
 from skyhub.spaces import UnicodeText
 from skyhub.task import Task
 from skyhub.tools import ToolCall, as_tool_turn, play_tool_turn
@@ -159,6 +160,12 @@ class TextEnv(gymnasium.Env[str, str]):
     #: ports, temp paths, memory addresses): `skyhub replay` and `skyhub check`'s replay
     #: check replace every match with `<ignored>` in both plays before comparing.
     replay_ignore: tuple[str, ...] = ()
+
+    #: Forking (`fork`): the names of the attributes that hold this env's mutable
+    #: per-episode state beyond the base's (turn, random generator, record), for a fork by
+    #: state copy; None (the default) forks by replay. Set it only where the rest of the env
+    #: is read-only during an episode (or given to each child by `fork_resources`).
+    fork_state: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, *, max_turns: int | None = None) -> None:
         super().__init__()
@@ -384,6 +391,22 @@ class TextEnv(gymnasium.Env[str, str]):
             self.action_space.seed(seed)
         return self.action_space.sample()
 
+    # ------------------------------------------------------------------ forking
+    def fork(self, n: int = 1, *, factory: Any = None) -> list[TextEnv]:
+        """n new envs in exactly this env's state now (same task, turn, history and family
+        state), independent from then on; the caller closes them. By state copy where the
+        family declares `fork_state`, else by replay into a fresh env (`env.spec.make()`,
+        or `factory()`), checked against the episode's record; `skyhub.errors.
+        ForkUnavailable` says why an env cannot fork. Rules: `skyhub.fork`."""
+        from skyhub.fork import fork
+
+        return fork(self, n, factory)
+
+    def fork_resources(self) -> None:
+        """Called on a child made by state copy, before it is returned: give it its own of
+        what the parent must not share with it (a connection, an engine), and nothing of the
+        parent's to close. Default: nothing to do."""
+
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         """Release resources. Idempotent: subclasses' `close` is wrapped so a second call is a
@@ -409,16 +432,55 @@ class TextEnv(gymnasium.Env[str, str]):
 
             close._skyhub_idempotent = True  # type: ignore[attr-defined]
             cls.close = close  # type: ignore[method-assign]
+        own_reset = cls.__dict__.get("reset")
+        if own_reset is not None and not getattr(own_reset, "_skyhub_recorded", False):
+            # the episode's record (`skyhub.fork.Played`), kept by the outermost call only
+            @functools.wraps(own_reset)
+            def reset(self: TextEnv, *, seed: int | None = None,
+                      options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+                if getattr(self, "_in_call", False):
+                    return own_reset(self, seed=seed, options=options)
+                self._played = None
+                self._in_call = True
+                try:
+                    obs, info = own_reset(self, seed=seed, options=options)
+                finally:
+                    self._in_call = False
+                self._played = Played(seed, None if options is None else dict(options), obs)
+                if isinstance(info, dict) and info.get("infra_error"):
+                    self._played.unreplayable = "its reset reported an infra error"
+                return obs, info
+
+            reset._skyhub_recorded = True  # type: ignore[attr-defined]
+            cls.reset = reset  # type: ignore[method-assign]
         own_step = cls.__dict__.get("step")
         if own_step is not None and not getattr(own_step, "_skyhub_tool_calls", False):
-            # structured tool calls go to `step_tools`, which plays them as text actions
+            # structured tool calls go to `step_tools`, which plays them as text actions;
+            # the outermost call adds the turn to the episode's record
             @functools.wraps(own_step)
             def step(self: TextEnv, action: Any) -> StepResult:
-                if not isinstance(action, str):
-                    turn = as_tool_turn(action)
-                    if turn is not None:
-                        return self.step_tools(*turn)
-                return own_step(self, action)
+                if getattr(self, "_in_call", False):
+                    return _step_or_tools(self, own_step, action)
+                played = getattr(self, "_played", None)
+                self._in_call = True
+                try:
+                    result = _step_or_tools(self, own_step, action)
+                except BaseException as e:
+                    if played is not None:
+                        played.unreplayable = (f"step {len(played.actions) + 1} raised "
+                                               f"{type(e).__name__}")
+                    raise
+                finally:
+                    self._in_call = False
+                if played is not None:
+                    obs, reward, terminated, truncated, info = result
+                    played.actions.append(action)
+                    played.results.append((obs, float(reward), bool(terminated),
+                                           bool(truncated)))
+                    if isinstance(info, dict) and info.get("infra_error") and \
+                            not played.unreplayable:
+                        played.unreplayable = f"step {len(played.actions)} was an infra error"
+                return result
 
             step._skyhub_tool_calls = True  # type: ignore[attr-defined]
             cls.step = step  # type: ignore[method-assign]
@@ -434,3 +496,11 @@ class TextEnv(gymnasium.Env[str, str]):
     def __repr__(self) -> str:
         env_id = self.spec.id if self.spec is not None else None
         return f"<{type(self).__name__}{' ' + env_id if env_id else ''}>"
+
+
+def _step_or_tools(env: TextEnv, own_step: Any, action: Any) -> StepResult:
+    if not isinstance(action, str):
+        turn = as_tool_turn(action)
+        if turn is not None:
+            return env.step_tools(*turn)
+    return own_step(env, action)

@@ -140,6 +140,17 @@ class CheckFailed(SkyhubError):
     the env does wrong."""
 
 
+# ------------------------------------------------------------------------------------- forks
+class ForkUnavailable(SkyhubError, RuntimeError):
+    """An env could not be forked (`env.fork`, `VectorEnv.fork`); nothing was left open.
+
+    Raised by `skyhub.fork`: the env was never reset, is closed or its episode has ended; or a
+    fork by replay could not make a fresh env (no `skyhub.make` spec) or got back something
+    other than the episode's results (the message shows the first difference). Fix: fork an
+    episode that is still running; pass `factory=`; make the env deterministic under replay
+    (`replay_ignore`) or give it a state copy (`fork_state`)."""
+
+
 # --------------------------------------------------------------------------------- downloads
 class DownloadError(SkyhubError, RuntimeError):
     """A file could not be fetched or unpacked; the message says what to try instead.
@@ -166,6 +177,7 @@ __all__ = [
     "DataNotFound",
     "DownloadError",
     "EnvNotFound",
+    "ForkUnavailable",
     "InfraError",
     "MissingDependency",
     "RegistrationError",

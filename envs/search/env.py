@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from skyhub.env import StepResult, TextEnv, check_protocol
 from skyhub.errors import InfraError, UsageError
@@ -29,6 +29,8 @@ class SearchEnv(calls.SearchTools, TextEnv):
     """
 
     stop_strings = ("</search>", "</answer>")
+    # forked by state copy: the index (or retrieval server) is shared and only read
+    fork_state: ClassVar[tuple[str, ...] | None] = ("_searched", "_format_errors")
 
     def __init__(self, *, data_dir: str | Path | None = None, corpus: str | Path | None = None,
                  index: str | Path | None = None, qa: str | Path | None = None,

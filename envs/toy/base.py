@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from skyhub.env import StepResult, TextEnv, check_protocol
 
@@ -24,6 +24,8 @@ class ToyEnv(TextEnv):
     episode; running out of turns truncates it (terminates it when it has one turn)."""
 
     kind = ""
+    # forked by state copy: the tasks are read-only; what an episode changes is listed
+    fork_state: ClassVar[tuple[str, ...] | None] = ("_format_errors",)
 
     def __init__(self, *, max_turns: int = 1, split: str = "train", n_tasks: int = 1000,
                  seed: int = 0, tasks_file: str | Path | None = None, protocol: str = "tags",

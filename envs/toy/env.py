@@ -84,6 +84,7 @@ class LookupEnv(ToyEnv):
     """The answer is in a hidden table: `<lookup>k123</lookup>` then `<answer>word</answer>`."""
 
     kind = "lookup"
+    fork_state = (*ToyEnv.fork_state, "_looked_up")
     stop_strings = ("</lookup>", "</answer>")
 
     def __init__(self, *, max_turns: int = 3, **kwargs: Any) -> None:

@@ -43,6 +43,7 @@ class RecallEnv(ToyEnv):
     `protocol="tools"` each reply is a call of the `reply` tool (`{"word": ...}`)."""
 
     kind = "recall"
+    fork_state = (*ToyEnv.fork_state, "_read")
 
     def __init__(self, *, hops: int = 1, max_turns: int | None = None, n_words: int = 18,
                  name_key: bool = True, **kwargs: Any) -> None:

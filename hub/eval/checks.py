@@ -4,7 +4,8 @@ gymnasium's checker covers the API's shapes; the checks here cover what a traine
 beyond them: the info keys it reads on every step, malformed actions that never raise, turns
 that are counted and end the episode within a declared `max_turns`, seeds that pick the same
 task in every process, a reference solution that really scores, episodes that replay
-identically (`skyhub replay`), declared tools that are valid and callable (`tool_checks`),
+identically (`skyhub replay`), a fork mid-episode that goes on as the original (`fork_check`),
+declared tools that are valid and callable (`tool_checks`),
 and an env that leaves no thread or child process behind.
 Each check runs on its own: one that fails or crashes is reported (with the exception's
 last line) and the others still run, so a single report lists everything to fix. No check
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skyhub.errors import CheckFailed, SkyhubError
+from skyhub.eval.fork_check import check_fork
 from skyhub.eval.tool_checks import check_tools
 
 if TYPE_CHECKING:
@@ -148,6 +150,7 @@ def check_env(env_or_id: TextEnv | str, *, env_kwargs: dict[str, Any] | None = N
     _run(report, "seeding", _check_seeding, env, seed, make_other)
     _run(report, "reference", _check_reference, env, seed, episodes)
     _run(report, "replay", _check_replay, env, seed)
+    _run(report, "fork", check_fork, env, seed, make_other)
     _run(report, "tools", functools.partial(check_tools, describe=_describe), env, seed,
          episodes)
     _run(report, "cleanup", _check_cleanup, env, baseline)

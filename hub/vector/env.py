@@ -304,6 +304,68 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         an eval harness whose model replies arrive on other threads."""
         self._results.put(_WAKE)
 
+    # ================================================================== forking
+    def fork(self, env_id: int, n: int = 1) -> list[int]:
+        """Fork env `env_id`'s running episode into `n` new envs (`TextEnv.fork`), appended
+        as new slots; returns their ids. Each is mid-episode, ready for `send`/`step` (its
+        first observation is the parent's last one, `_last_obs`). With threads the env's
+        own fork runs (a state copy where the family has one); with processes or Ray a new
+        worker replays the episode's record (`skyhub.fork.replay_into`). The new slots stay
+        until the VectorEnv closes. `ForkUnavailable` when the episode cannot be forked."""
+        from skyhub.errors import ForkUnavailable
+        from skyhub.vector.factories import ForkedFactory
+
+        self._check_open()
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UsageError(f"fork(env_id, n) needs a positive int n, got {n!r}")
+        (i,) = self._ids([env_id])
+        slot = self._slots[i]
+        if slot.in_flight:
+            raise UsageError(f"env {i} has a step in flight: recv() it before fork()")
+        if slot.needs_reset:
+            raise ForkUnavailable(f"env {i} has no running episode (it ended or was never "
+                                  "reset): fork a slot mid-episode")
+        worker = slot.runner.worker
+        if isinstance(worker, LocalWorker):
+            (children,) = self._call("fork", (n,), {}, [i])
+            fns = [ForkedFactory(self.env_fns[i], child=c) for c in children]
+        else:
+            played = self._call("_played", None, {}, [i])[0]
+            why = ("it has no running episode" if played is None or played.done
+                   else played.unreplayable)
+            if why:
+                raise ForkUnavailable(f"env {i}'s episode cannot be forked by replay in a new "
+                                      f"worker: {why}")
+            fns = [ForkedFactory(self.env_fns[i], played=played) for _ in range(n)]
+        return self._add_slots(fns, parent=i)
+
+    def _add_slots(self, fns: list[Callable[[], TextEnv]], parent: int) -> list[int]:
+        """New slots for `fns`, started; a copy of `parent`'s bookkeeping (mid-episode)."""
+        first = self.num_envs
+        self.env_fns += fns
+        self._resize(first + len(fns))
+        reply: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        source = self._slots[parent]
+        for k in range(len(fns)):
+            slot = _Slot(self._new_runner(first + k), needs_reset=False)
+            slot.runner.task_id, slot.runner.turn = source.runner.task_id, source.runner.turn
+            self._slots.append(slot)
+            self._last_obs.append(self._last_obs[parent])
+            slot.runner.inbox.put(("spawn", None, reply))
+        errors = [v for v in (reply.get()[3] for _ in fns) if isinstance(v, BaseException)]
+        if errors:  # a failed fork leaves nothing: the new slots' envs closed, the slots gone
+            for slot in self._slots[first:]:
+                slot.runner.inbox.put(None)
+            del self._slots[first:], self.env_fns[first:], self._last_obs[first:]
+            self._resize(first)
+            raise errors[0]
+        return list(range(first, self.num_envs))
+
+    def _resize(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+        self.observation_space = gymnasium.spaces.Tuple([UnicodeText()] * num_envs)
+        self.action_space = gymnasium.spaces.Tuple([UnicodeText()] * num_envs)
+
     # ================================================================== other operations
     def call(self, name: str, *args: Any, env_ids: Iterable[int] | None = None,
              **kwargs: Any) -> tuple[Any, ...]:

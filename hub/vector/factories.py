@@ -9,7 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from skyhub.env import TextEnv
+    from skyhub.fork import Played
     from skyhub.registry import EnvSpec
 
 
@@ -43,4 +46,37 @@ class RemoteFactory:
         return f"RemoteFactory({self.env_id!r}, {self.url!r}, {self.kwargs!r})"
 
 
-__all__ = ["EnvFactory", "RemoteFactory"]
+class ForkedFactory:
+    """The `env_fn` of a slot that `VectorEnv.fork` made: first the child forked in this
+    process (threads), or a fresh env replayed to the parent's turn (in the worker's process:
+    picklable when `parent_fn` and the record's actions are); afterwards (the env was
+    recreated after a crash, and will be reset) a fresh env from `parent_fn`."""
+
+    def __init__(self, parent_fn: Callable[[], TextEnv], *, child: TextEnv | None = None,
+                 played: Played | None = None) -> None:
+        self.parent_fn, self.child, self.played = parent_fn, child, played
+
+    def __call__(self) -> TextEnv:
+        from skyhub.fork import replay_into
+
+        child, played = self.child, self.played
+        self.child = self.played = None
+        if child is not None:
+            return child
+        env = self.parent_fn()
+        if played is not None:
+            try:
+                replay_into(env, played)
+            except BaseException:
+                env.close()
+                raise
+        return env
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "child": None}  # an env object never crosses processes
+
+    def __repr__(self) -> str:
+        return f"ForkedFactory({self.parent_fn!r})"
+
+
+__all__ = ["EnvFactory", "ForkedFactory", "RemoteFactory"]

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 from skyhub_testenvs import SayEnv
 
 ALL_CHECKS = ["gymnasium", "spaces", "info", "malformed", "turns", "seeding", "reference",
-              "replay", "tools", "cleanup"]
+              "replay", "fork", "tools", "cleanup"]
 
 
 class RaisesOnMalformed(SayEnv):
@@ -360,7 +360,9 @@ def test_check_fails_env_that_does_not_end_within_max_turns(register: Callable[.
 
 def test_check_flags_env_whose_reply_is_not_reproducible(register: Callable[..., str]) -> None:
     report = check_env(register(RandomHint))
-    assert failed(report) == ["replay"]
+    # and a fork by replay is refused, for the same reason
+    assert failed(report) == ["replay", "fork"]
+    assert "cannot be forked by replay" in report["fork"].message
     message = report["replay"].message
     # the first differing observation, both versions: the random-action episode's first reply
     assert "the random-action episode (reset seed 1, task 'say-1')" in message
@@ -458,7 +460,7 @@ def test_report_renders_as_a_table_with_a_row_per_check(register: Callable[..., 
     console = Console(width=200, record=True)
     console.print(table)
     text = console.export_text()
-    assert "FAIL" in text and "PASS" in text and "1 of 10 checks failed" in text
+    assert "FAIL" in text and "PASS" in text and "1 of 11 checks failed" in text
 
 
 def test_every_malformed_action_is_tried() -> None:

@@ -1,0 +1,106 @@
+"""Fork cost per family: `env.fork(1)` at turn 1, 5 and 20 of an episode, against what a user
+can do without it, a fresh env replayed to the same turn (`skyhub.fork.fork_by_replay`, timed
+in the same run on the same episode).
+
+    python -m benchmarks.fork_cost [--reps 20] [--families toy,sql,search,terminal]
+
+Each prefix turn is a cheap action of the family's protocol (a lookup, `SELECT 1`, a search,
+`echo`), so the replay baseline is the lower bound of a real one (real commands take longer).
+The time of closing a child is not counted. Terminal runs on the local (bwrap) backend and
+also forks a prefix that holds one 2-second command (`sleep 2`). A family that declares no
+`fork_state` forks by replay, so its ratio is about 1: the row says which way each forked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from benchmarks._common import result, write
+
+TURNS = (1, 5, 20)
+
+FAMILIES: dict[str, tuple[str, dict[str, Any], str]] = {
+    # name: (env id, kwargs, the prefix's action)
+    "toy": ("toy-lookup", {"max_turns": 25}, "<lookup>k0</lookup>"),
+    "sql": ("sql-spider", {"max_turns": 25}, "<sql>SELECT 1</sql>"),
+    "search": ("search-qa", {"max_turns": 25}, "<search>history of the city</search>"),
+    "terminal": ("terminal", {"backend": "local", "max_turns": 25}, "<bash>echo hi</bash>"),
+}
+
+
+def median_ms(fn: Any, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        children = fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        for child in children:
+            child.close()
+    return statistics.median(times)
+
+
+def measure(env_id: str, kwargs: dict[str, Any], action: str, turns: int, reps: int,
+            slow: str | None = None) -> tuple[float, float, str]:
+    """(fork ms, replay ms, how it forked) at `turns` turns into an episode."""
+    import skyhub
+    from skyhub.fork import fork_by_replay
+
+    env = skyhub.make(env_id, **kwargs)
+    try:
+        env.reset(seed=0)
+        for k in range(turns):
+            env.step(slow if slow is not None and k == 0 else action)
+        fork_ms = median_ms(lambda: env.fork(1), reps)
+        replay_ms = median_ms(lambda: [fork_by_replay(env)], reps)
+        how = "state copy" if env.fork_state is not None else "replay"
+    finally:
+        env.close()
+    return fork_ms, replay_ms, how
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    args = ap.parse_args()
+    rows = []
+    for family in args.families.split(","):
+        env_id, kwargs, action = FAMILIES[family]
+        reps = args.reps if family != "terminal" else max(3, args.reps // 5)
+        by_turn = {}
+        for turns in TURNS:
+            fork_ms, replay_ms, how = measure(env_id, kwargs, action, turns, reps)
+            by_turn[turns] = fork_ms
+            goal = ("< 1 ms" if family in ("toy", "sql") else
+                    ">= 5x faster than replay at turn 20" if family == "terminal" and turns == 20
+                    else "(informative)")
+            met = (fork_ms < 1.0 if family in ("toy", "sql") else
+                   replay_ms / fork_ms >= 5 if goal.startswith(">=") else None)
+            rows.append(result(f"{family} fork at turn {turns}, ms", fork_ms,
+                               "fresh env replayed to the same turn", replay_ms, goal,
+                               ratio=replay_ms / fork_ms, met=met, unit="ms",
+                               note=f"{env_id}, by {how}; ratio = replay / fork (higher is "
+                                    f"faster), median of {reps}"))
+            print(f"{family} turn {turns}: fork {fork_ms:.3f} ms, replay {replay_ms:.3f} ms "
+                  f"({how})", flush=True)
+        spread = max(by_turn.values()) / min(by_turn.values())
+        rows.append(result(f"{family} fork cost, turn 20 / turn 1", spread, "none", None,
+                           "within 1.5x", ratio=None, met=spread <= 1.5, unit="x",
+                           note="a fork's cost should not grow with the prefix"))
+        if family == "terminal":
+            fork_ms, replay_ms, how = measure(env_id, kwargs, action, 2, 3,
+                                              slow="<bash>sleep 2</bash>")
+            rows.append(result("terminal fork after a 2 s command, ms", fork_ms,
+                               "fresh env replayed to the same turn", replay_ms,
+                               ">= 50x faster than replay", ratio=replay_ms / fork_ms,
+                               met=replay_ms / fork_ms >= 50, unit="ms",
+                               note=f"by {how}; a 2-turn prefix whose first command is "
+                                    "`sleep 2`"))
+    write("fork_cost", rows)
+
+
+if __name__ == "__main__":
+    main()
