@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from skyhub.errors import ForkUnavailable, UsageError
+from skyhub.text_compare import ignore_patterns, mask, text_diff
 
 if TYPE_CHECKING:
     from skyhub.env import TextEnv
@@ -122,8 +123,6 @@ def fork_by_replay(env: TextEnv, factory: Callable[[], TextEnv] | None = None) -
 def replay_into(child: TextEnv, played: Played, parent: Any = None) -> None:
     """Reset `child` as `played` was and send its actions, checking each result against the
     record (masked by the env's `replay_ignore`); `ForkUnavailable` at the first difference."""
-    from skyhub.eval.replay import ignore_patterns, mask, text_diff
-
     patterns = ignore_patterns(child)
     name = repr(parent if parent is not None else child)
 

@@ -1,13 +1,13 @@
 """`skyhub check`'s fork check: an env forked mid-episode goes on exactly as the original does.
 
 The procedure: reset, play a short prefix of the family's own random actions
-(`sample_action`, the turns before the last), fork, then send one continuation (the env's
-reference actions, random ones where it has none) to the original, the fork and, where the
-fork was a state copy, a fresh env replayed to the same turn, interleaved step by step so that
-state the copies wrongly share shows up as a difference. Every observation (with the env's
-`replay_ignore` masks), reward and end flag must be the same. A state copy is also checked to
-survive its sibling's close (a shared connection closed under it), and every env made is
-closed.
+(`sample_action`, the turns before the last), fork, then send one continuation (each env's
+own reference action, as the oracle agent would, else one random action) to the original,
+the fork and, where the fork was a state copy, a fresh env replayed to the same turn,
+interleaved step by step so that state the copies wrongly share shows up as a difference.
+Every observation (with the env's `replay_ignore` masks), reward and end flag must be the
+same. A state copy is also checked to survive its sibling's close (a shared connection
+closed under it), and every env made is closed.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ MAX_STEPS = 50
 def check_fork(env: Any, seed: int, make_other: Callable[[], Any] | None,
                notes: list[str]) -> str:
     """The fork check (module docstring); returns its PASS message."""
-    from skyhub.eval.replay import ignore_patterns, mask, text_diff
+    from skyhub.text_compare import ignore_patterns, mask, text_diff
 
     base = env.unwrapped
     tasks = getattr(base, "tasks", ()) or ()
@@ -63,8 +63,12 @@ def check_fork(env: Any, seed: int, make_other: Callable[[], Any] | None,
         patterns = ignore_patterns(env)
         env.action_space.seed(seed + 1)
         for k in range(1, MAX_STEPS + 1):
-            action = _continuation(base, seed, k)
-            results = {name: e.step(action) for name, e in plays.items()}
+            # each env as the oracle: its own reference (Harbor's names a one-time token)
+            actions = {name: _reference(e) for name, e in plays.items()}
+            if None in actions.values():
+                shared = base.sample_action(seed + 100 + k)
+                actions = dict.fromkeys(plays, shared)
+            results = {name: e.step(actions[name]) for name, e in plays.items()}
             first = results["the original"]
             for name, r in results.items():
                 a, b = mask(first[0], patterns), mask(r[0], patterns)
@@ -105,13 +109,14 @@ def _prefix(env: Any, seed: int, options: dict[str, Any] | None) -> list[str]:
     return actions
 
 
-def _continuation(base: Any, seed: int, k: int) -> str:
-    """The k-th action after the fork: the reference action, else a random one."""
+def _reference(env: Any) -> str | None:
+    """The env's reference action now, None where it has none (or it raises: the reference
+    check reports a broken reference)."""
     try:
-        action = base.reference_action()
-    except Exception:  # the reference check reports a broken reference
-        action = None
-    return action if isinstance(action, str) else base.sample_action(seed + 100 + k)
+        action = env.unwrapped.reference_action()
+    except Exception:
+        return None
+    return action if isinstance(action, str) else None
 
 
 __all__ = ["PREFIX", "check_fork"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fork_checks import fork_check
 from typer.testing import CliRunner
 
 from skyhub.cli.main import app
@@ -29,3 +30,11 @@ def test_harbor_examples_oracle_eval_replays_identically(tmp_path: Path,
     r = CliRunner().invoke(app, ["replay", str(out), "--all"])
     assert r.exit_code == 0, r.output
     assert "2 identical, 0 differ, 0 could not replay (of 2 episodes)" in r.output
+
+
+def test_the_fork_check_passes_on_harbor_examples(docker_daemon: None) -> None:
+    """A Harbor episode forked mid-way (by replay: a fresh container of the task's image,
+    the prefix's commands run again) goes on as the original, the oracle's one-time token
+    included (each env sends its own)."""
+    message = fork_check("harbor-examples")
+    assert "by replay" in message and "went on as the original" in message

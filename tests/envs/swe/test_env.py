@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fork_checks import fork_check
 
 import skyhub
 from skyhub.envs.swe.env import SWEEnv
@@ -256,3 +257,11 @@ def test_an_instance_runs_in_the_image_it_names(data: Path, docker_backend: str)
         env.reset(options={"task_id": plain.instance_id})
         obs, *_ = env.step("<bash>python3 -c 'import pytest; print(\"ok\")'</bash>")
         assert "ok" in obs  # the swe image again
+
+
+def test_the_fork_check_passes(data: Path, backend: str) -> None:
+    """An SWE episode forked mid-way (by replay) goes on as the original: the repository's
+    edits and the grading of the continuation alike."""
+    message = fork_check("swe", data_dir=data / "instances.jsonl", backend=backend,
+                         command_timeout_s=60)
+    assert "by replay" in message and "went on as the original" in message
