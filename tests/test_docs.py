@@ -87,6 +87,8 @@ CLAIMED = {
     "docs/cli.md # The command line [bash 1]": "test_command_line_tour_runs",
     "docs/eval.md ## Evaluating agents [bash 1]": "test_eval_commands_run",
     "docs/eval.md ## Browsing runs: `skyhub view` [bash 1]": "test_eval_commands_run",
+    "docs/eval.md ## Best of N from a mid-episode state: `--best-of N --branch-at T` [bash 1]":
+        "test_best_of_command_runs",
     "docs/training.md # Training [bash 1]": "test_training_commands_run",
     "docs/training.md ## Precision, scale and the dry run [text 1]":
         "test_dry_run_block_is_what_the_command_prints",
@@ -287,6 +289,15 @@ def test_eval_commands_run(tmp_path: Path) -> None:
     [view] = commands(block("docs/eval.md ## Browsing runs: `skyhub view` [bash 1]"))
     listed = json.dumps(serve_view(view[0], view[1][1:], tmp_path))
     assert all(name in listed for name in ("qwen", "tiny-50", "spider-oracle"))
+
+
+def test_best_of_command_runs(tmp_path: Path) -> None:
+    [(line, argv)] = commands(block("docs/eval.md ## Best of N from a mid-episode state: "
+                                    "`--best-of N --branch-at T` [bash 1]"))
+    run_skyhub(line, argv[1:], tmp_path)
+    summary = json.loads((tmp_path / "runs/best/best_of.json").read_text())
+    assert summary["tasks"] == 20 and summary["best_of"] == 4 and summary["branch_at"] == 1
+    assert summary["best_success"] >= summary["single_success"]
 
 
 def test_sharing_commands_run(tmp_path: Path) -> None:

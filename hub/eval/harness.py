@@ -91,7 +91,7 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
                                                                autoreset_mode="disabled", **kw))
     with venv:
         tasks = venv.get_attr("tasks", env_ids=[0])[0] or []
-        order, sample = _task_order(env_id, tasks, n, seed,
+        order, sample = task_order(env_id, tasks, n, seed,
                                     venv.get_attr("slice_key", env_ids=[0])[0])
         if on_sample is not None:
             on_sample(sample["says"])
@@ -146,7 +146,7 @@ def run(env_id: str, agent: Agent, *, n: int | None = None, concurrency: int = 8
     return summary(), new
 
 
-def _task_order(env_id: str, tasks: Any, n: int | None, seed: int, slice_key: str | None
+def task_order(env_id: str, tasks: Any, n: int | None, seed: int, slice_key: str | None
                 ) -> tuple[list[int], dict[str, Any]]:
     """The run's tasks as indices into `tasks` (positions, for an env that generates its
     tasks), and what run.json records about the choice (with a sentence that says it)."""
@@ -387,4 +387,4 @@ class _DaemonPool:
 
 
 # `load_records` reads back what `run(..., out=DIR)` wrote: the two are used together.
-__all__ = ["load_records", "run"]
+__all__ = ["load_records", "run", "task_order"]
