@@ -13,6 +13,8 @@ The loop and what it calls:
     turn_credit.py   each request of a harness episode credited with the env rewards that
                      followed it (algo.turn_weight)
     tree_advantage.py  each segment of a forked (tree) rollout credited against its siblings
+    tree_rollout.py  episodes forked at a turn into children, as prefix and child samples
+                     (rollout.branch_at, rollout.branch_n)
     inference/       the LLM inference engines: hf (transformers), vllm (AsyncLLM, weight sync),
                      several as one pool, and their start-up where the placement says
     weight_sync.py   the canary that checks an engine samples from the learner's weights

@@ -111,6 +111,12 @@ class RolloutConfig:
     # summary or a sub-agent starts a new one) is its own sample, carrying the episode's
     # advantage. false: an episode trains on its last segment only.
     stepwise: bool = False
+    # Tree rollouts (skyhub.trainer.tree_rollout): null plays samples_per_prompt independent
+    # episodes per prompt; a turn T plays samples_per_prompt root episodes to turn T, forks
+    # each (env.fork) into branch_n children that play on to their ends, and trains the
+    # roots' shared prefix once and each child's continuation against its siblings.
+    branch_at: int | None = None
+    branch_n: int = 2
 
 
 #: the advantage estimators whose statistics are per episode (group-wise on the reward): the

@@ -95,6 +95,11 @@ class Trajectory:
     # to, and where each request's completion lies in this sample: (request, start, end)
     turn_rewards: list[float] = field(default_factory=list)
     spans: list[tuple[int, int, int]] = field(default_factory=list)
+    slot: int | None = None  # the env slot it last played on
+    # tree rollouts (skyhub.trainer.tree_rollout): "prefix" (a root's turns before its fork,
+    # rewarded with its children's mean) or "child"; a child's own sampling seed
+    tree: str = ""
+    sample_seed: int | None = None
 
     def to_record(self, index: int, *, env_id: str, env_kwargs: dict[str, Any],
                   agent: str) -> dict[str, Any]:
@@ -105,6 +110,8 @@ class Trajectory:
         ep.index, ep.seed, ep.task_index = index, self.seed, self.group
         ep.prompt_tokens, ep.completion_tokens = self.prompt_len, self.agent_tokens
         ep.policy_version = self.min_version
+        if self.tree:
+            ep.meta["tree"] = self.tree
         return ep.to_record(env_id, agent, env_kwargs)
 
     def ended(self, ep: Episode) -> None:
@@ -202,6 +209,13 @@ class Rollout:
             self.tools = ToolChat(chat, tool_parser(cfg.tool_parser, chat.tokenizer))
         #: turns after which an episode is cut (None: only the env's budget ends it)
         self.turn_limit = turn_limit(cfg.max_turns_cap, env_max_turns(venv))
+        #: a tree rollout's first phase: episodes are cut ("branch") after this many turns,
+        #: their envs kept for the fork (skyhub.trainer.tree_rollout)
+        self.branch_cut: int | None = None
+        if cfg.branch_at is not None and (cfg.branch_at < 1 or cfg.branch_n < 2):
+            raise UsageError(f"rollout.branch_at must be >= 1 and rollout.branch_n >= 2 (got "
+                             f"{cfg.branch_at} and {cfg.branch_n}): the roots fork after "
+                             "their first turns into at least two children")
         self._own: Any = None  # a wider VectorEnv this rollout made (see the module's doc)
         self._own_closer: Any = None
 
@@ -216,6 +230,10 @@ class Rollout:
         """`group_size` episodes of each task, in group order (`group_size` contiguous
         episodes per task, as the advantage estimators expect). Episode k's sampling seeds
         derive from `seed` and k, so a run is reproducible whatever order envs finish in."""
+        if self.cfg.branch_at is not None:
+            from skyhub.trainer.tree_rollout import run_tree
+
+            return run_tree(self, task_ids, group_size, seed=seed)
         episodes = plan_episodes(task_ids, group_size, seed)
         if not episodes:
             self.stats = {"rollout_s": 0.0, "generate_s": 0.0, "env_wait_s": 0.0}
@@ -226,14 +244,24 @@ class Rollout:
             # the episode's seed is its env's reset seed too (so `skyhub replay` can play a
             # saved episode again exactly)
             t.episode = Episode(t.task_id, None, "", seed=t.seed, task_index=t.group)
-        driver = EpisodeDriver(venv, _Play(self, episodes, venv), in_flight=target)
-        driver.run([t.episode for t in episodes if t.episode is not None])
-        st = driver.stats
-        self.stats = {"rollout_s": st["rollout_s"], "generate_s": st["act_s"],
-                      "env_wait_s": st["env_wait_s"], "peak_in_flight": st["peak_in_flight"],
-                      "peak_requests": st["peak_requests"], "requests": st["requests"],
-                      "envs": float(venv.num_envs)}
+        self.stats = self.play(venv, episodes, in_flight=target)
         return episodes
+
+    def play(self, venv: Any, episodes: list[Trajectory], *, in_flight: int,
+             running: dict[int, Trajectory] | None = None) -> dict[str, float]:
+        """Drive `episodes` (new: each reset on a leased env) and `running` (slot ->
+        episode already under way there, e.g. forked) to their ends; returns the stats."""
+        running = running or {}
+        actor = _Play(self, [*episodes, *running.values()], venv)
+        actor.slot.update(running)
+        driver = EpisodeDriver(venv, actor, in_flight=in_flight)
+        driver.run([t.episode for t in episodes if t.episode is not None],
+                   running={s: t.episode for s, t in running.items() if t.episode is not None})
+        st = driver.stats
+        return {"rollout_s": st["rollout_s"], "generate_s": st["act_s"],
+                "env_wait_s": st["env_wait_s"], "peak_in_flight": st["peak_in_flight"],
+                "peak_requests": st["peak_requests"], "requests": st["requests"],
+                "envs": float(venv.num_envs)}
 
     def _envs(self, target: int) -> Any:
         """The VectorEnv to lease `target` envs from: the one given, or a wider one made
@@ -291,6 +319,8 @@ class Rollout:
                    agent=False)
         if len(ep.token_ids) >= self.cfg.max_input_tokens:
             return "overlong"
+        if self.branch_cut is not None and ep.turns >= self.branch_cut:
+            return "branch"
         return None
 
     def _close_message(self, ep: Trajectory) -> None:
@@ -330,7 +360,8 @@ class _Play:
 
     def request(self, slot: int, ep: Episode, post: Post) -> None:
         t = self.slot[slot]
-        future = self.submit(list(t.token_ids), self.rollout._params(t), t.seed * 64 + t.turns)
+        seed = t.seed if t.sample_seed is None else t.sample_seed
+        future = self.submit(list(t.token_ids), self.rollout._params(t), seed * 64 + t.turns)
         future.add_done_callback(lambda f: post(f, 0.0))  # an engine's thread
 
     def action(self, slot: int, ep: Episode, result: Future[Completion], seconds: float
@@ -357,6 +388,7 @@ class _Play:
 
     def finished(self, slot: int, ep: Episode) -> None:
         t = self.slot.pop(slot)
-        if not ep.infra_error and ep.cut != "overlong":
+        t.slot = slot  # where its env is (a tree rollout forks it)
+        if not ep.infra_error and ep.cut not in ("overlong", "branch"):
             self.rollout._close_message(t)
         t.ended(ep)

@@ -15,6 +15,8 @@ from skyhub.trainer.learner import learner_algo
 
 
 def episode_metrics(episodes: list[Any], step: int) -> dict[str, float]:
+    # a tree rollout's prefix samples are parts of their children's episodes, not episodes
+    episodes = [e for e in episodes if getattr(e, "tree", "") != "prefix"]
     ok = [e for e in episodes if not e.infra_error]
     n = max(len(ok), 1)
     rewards = [e.reward for e in ok]

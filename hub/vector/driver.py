@@ -75,12 +75,16 @@ class EpisodeDriver:
             self.venv.wake()
         return post
 
-    def run(self, episodes: Sequence[Episode]) -> None:
-        """Play `episodes` to their ends, leased in order."""
+    def run(self, episodes: Sequence[Episode],
+            running: dict[int, Episode] | None = None) -> None:
+        """Play `episodes` to their ends, leased in order; and `running` (slot -> episode),
+        episodes already under way on those slots (forked: `VectorEnv.fork`), whose next
+        action is asked for at once."""
         venv, actor = self.venv, self.actor
+        running = dict(running or {})
         todo = deque(episodes)
-        free = deque(range(self.in_flight))
-        live: dict[int, Episode] = {}  # slot -> its episode
+        free = deque(s for s in range(self.in_flight) if s not in running)
+        live: dict[int, Episode] = dict(running)  # slot -> its episode
         fresh: set[int] = set()  # slots whose reset is in flight
         pending: dict[int, str] = {}  # slot -> the action sent, its step in flight
         clock = _Busy()
@@ -99,6 +103,8 @@ class EpisodeDriver:
             actor.request(slot, live[slot], self.post_for(slot))
 
         t0 = time.perf_counter()
+        for slot in running:
+            ask(slot)
         while todo or live:
             while todo and free:  # lease envs to new episodes
                 slot, ep = free.popleft(), todo.popleft()

@@ -339,6 +339,24 @@ class VectorEnv(gymnasium.vector.VectorEnv):
             fns = [ForkedFactory(self.env_fns[i], played=played) for _ in range(n)]
         return self._add_slots(fns, parent=i)
 
+    def shrink(self, num_envs: int) -> None:
+        """Close and remove every env from `num_envs` on (the slots `fork` added, once their
+        episodes are over); the others keep their ids. Their steps must not be in flight."""
+        self._check_open()
+        if not 1 <= num_envs <= self.num_envs:
+            raise UsageError(f"shrink(num_envs) needs 1 <= num_envs <= {self.num_envs}, got "
+                             f"{num_envs}")
+        busy = [i for i in range(num_envs, self.num_envs) if self._slots[i].in_flight]
+        if busy:
+            raise UsageError(f"envs {busy} have a step in flight: recv() them before shrink()")
+        gone = self._slots[num_envs:]
+        for slot in gone:
+            slot.runner.inbox.put(None)  # its thread closes the env, then ends
+        for slot in gone:
+            slot.runner.thread.join(30.0)
+        del self._slots[num_envs:], self.env_fns[num_envs:], self._last_obs[num_envs:]
+        self._resize(num_envs)
+
     def _add_slots(self, fns: list[Callable[[], TextEnv]], parent: int) -> list[int]:
         """New slots for `fns`, started; a copy of `parent`'s bookkeeping (mid-episode)."""
         first = self.num_envs
