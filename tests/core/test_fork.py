@@ -273,6 +273,13 @@ def test_vector_fork_adds_slots_mid_episode(executor: str) -> None:
             venv.fork(1, 0)
         with pytest.raises(IndexError):
             venv.fork(9)
+        # the forked slots go again; the others keep their ids and episodes
+        kept = venv.get_attr("_played", env_ids=[0, 1])
+        venv.shrink(2)
+        assert venv.num_envs == 2 and len(venv.action_space) == 2
+        assert [p.actions for p in venv.get_attr("_played")] == [p.actions for p in kept]
+        with pytest.raises(UsageError, match="shrink"):
+            venv.shrink(3)
     finally:
         venv.close()
 
