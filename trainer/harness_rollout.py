@@ -38,6 +38,9 @@ def make_rollout(venv: Any, engine: Any, chat: ChatFormat, cfg: RolloutConfig) -
             raise UsageError("rollout.stepwise=true trains a harness episode's segments: set "
                              "rollout.harness (e.g. builtin) too")
         return Rollout(venv, engine, chat, cfg)
+    if cfg.branch_at is not None:
+        raise UsageError("rollout.branch_at (tree rollouts) forks episodes the built-in loop "
+                         "plays: it does not combine with rollout.harness")
     return HarnessRollout(venv, engine, chat, cfg)
 
 

@@ -80,6 +80,9 @@ def test_stepwise_needs_a_harness(tokenizer, chat):
     try:
         with pytest.raises(UsageError, match=r"rollout\.harness"):
             make_rollout(venv, Replies(tokenizer), chat, RolloutConfig(stepwise=True))
+        with pytest.raises(UsageError, match=r"rollout\.branch_at"):
+            make_rollout(venv, Replies(tokenizer), chat,
+                         RolloutConfig(harness="builtin", branch_at=1))
     finally:
         venv.close()
 
