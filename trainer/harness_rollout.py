@@ -37,6 +37,10 @@ def make_rollout(venv: Any, engine: Any, chat: ChatFormat, cfg: RolloutConfig) -
         if cfg.stepwise:
             raise UsageError("rollout.stepwise=true trains a harness episode's segments: set "
                              "rollout.harness (e.g. builtin) too")
+        if cfg.branch_at is not None:
+            from skyhub.trainer.tree_rollout import TreeRollout
+
+            return TreeRollout(venv, engine, chat, cfg)
         return Rollout(venv, engine, chat, cfg)
     if cfg.branch_at is not None:
         raise UsageError("rollout.branch_at (tree rollouts) forks episodes the built-in loop "

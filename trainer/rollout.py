@@ -186,6 +186,9 @@ class Rollout:
     (episodes at once), `peak_requests` (generation requests at once), `requests`, `envs`
     (the envs the episodes were leased from)."""
 
+    #: whether `run` plays tree rollouts (`skyhub.trainer.tree_rollout.TreeRollout`)
+    branches = False
+
     def __init__(self, venv: Any, engine: Engine, chat: ChatFormat,
                  cfg: RolloutConfig) -> None:
         self.venv, self.engine, self.chat, self.cfg = venv, engine, chat, cfg
@@ -212,10 +215,10 @@ class Rollout:
         #: a tree rollout's first phase: episodes are cut ("branch") after this many turns,
         #: their envs kept for the fork (skyhub.trainer.tree_rollout)
         self.branch_cut: int | None = None
-        if cfg.branch_at is not None and (cfg.branch_at < 1 or cfg.branch_n < 2):
-            raise UsageError(f"rollout.branch_at must be >= 1 and rollout.branch_n >= 2 (got "
-                             f"{cfg.branch_at} and {cfg.branch_n}): the roots fork after "
-                             "their first turns into at least two children")
+        if cfg.branch_at is not None and not self.branches:
+            raise UsageError("rollout.branch_at asks for tree rollouts: make the rollout with "
+                             "skyhub.trainer.harness_rollout.make_rollout (or "
+                             "skyhub.trainer.tree_rollout.TreeRollout)")
         self._own: Any = None  # a wider VectorEnv this rollout made (see the module's doc)
         self._own_closer: Any = None
 
@@ -230,10 +233,6 @@ class Rollout:
         """`group_size` episodes of each task, in group order (`group_size` contiguous
         episodes per task, as the advantage estimators expect). Episode k's sampling seeds
         derive from `seed` and k, so a run is reproducible whatever order envs finish in."""
-        if self.cfg.branch_at is not None:
-            from skyhub.trainer.tree_rollout import run_tree
-
-            return run_tree(self, task_ids, group_size, seed=seed)
         episodes = plan_episodes(task_ids, group_size, seed)
         if not episodes:
             self.stats = {"rollout_s": 0.0, "generate_s": 0.0, "env_wait_s": 0.0}

@@ -27,19 +27,40 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from skyhub.chat import Episode
 from skyhub.errors import ForkUnavailable, UsageError
-from skyhub.trainer.rollout import Trajectory, plan_episodes
+from skyhub.trainer.rollout import Rollout, Trajectory, plan_episodes
 
 if TYPE_CHECKING:
-    from skyhub.trainer.rollout import Rollout
+    from skyhub.trainer.config import RolloutConfig
+    from skyhub.trainer.inference import Engine
+    from skyhub.trainer.token_layout import ChatFormat
 
 log = logging.getLogger(__name__)
 
 #: sampling seeds of children: far above any episode seed (`plan_episodes`), one per child
 CHILD_SEED_BASE = 2**31
+
+
+class TreeRollout(Rollout):
+    """`Rollout` whose `run` plays tree rollouts (`rollout.branch_at`, `rollout.branch_n`);
+    `make_rollout` makes it when `branch_at` is set."""
+
+    branches = True
+
+    def __init__(self, venv: Any, engine: Engine, chat: ChatFormat,
+                 cfg: RolloutConfig) -> None:
+        if cfg.branch_at is None or cfg.branch_at < 1 or cfg.branch_n < 2:
+            raise UsageError(f"rollout.branch_at must be >= 1 and rollout.branch_n >= 2 (got "
+                             f"{cfg.branch_at} and {cfg.branch_n}): the roots fork after "
+                             "their first turns into at least two children")
+        super().__init__(venv, engine, chat, cfg)
+
+    def run(self, task_ids: Sequence[str], group_size: int, *, seed: int = 0
+            ) -> list[Trajectory]:
+        return run_tree(self, task_ids, group_size, seed=seed)
 
 
 def run_tree(rollout: Rollout, task_ids: Sequence[str], group_size: int, *,
@@ -120,4 +141,4 @@ def _child(root: Trajectory, j: int, group: int) -> Trajectory:
     return child
 
 
-__all__ = ["CHILD_SEED_BASE", "run_tree"]
+__all__ = ["CHILD_SEED_BASE", "TreeRollout", "run_tree"]

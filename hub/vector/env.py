@@ -195,7 +195,7 @@ class VectorEnv(gymnasium.vector.VectorEnv):
         self._inline_ok = (inline_fast_steps and type(self._executor) is ThreadExecutor
                            and step_timeout is None)
         self._generation = 0
-        self._slots = [_Slot(self._new_runner(i)) for i in range(self.num_envs)]
+        self._slots = [self._new_slot(i) for i in range(self.num_envs)]
         self._start_all()
 
     # ================================================================== lockstep interface
@@ -308,76 +308,20 @@ class VectorEnv(gymnasium.vector.VectorEnv):
     def fork(self, env_id: int, n: int = 1) -> list[int]:
         """Fork env `env_id`'s running episode into `n` new envs (`TextEnv.fork`), appended
         as new slots; returns their ids. Each is mid-episode, ready for `send`/`step` (its
-        first observation is the parent's last one, `_last_obs`). With threads the env's
-        own fork runs (a state copy where the family has one); with processes or Ray a new
-        worker replays the episode's record (`skyhub.fork.replay_into`). The new slots stay
-        until the VectorEnv closes. `ForkUnavailable` when the episode cannot be forked."""
-        from skyhub.errors import ForkUnavailable
-        from skyhub.vector.factories import ForkedFactory
+        last observation is the parent's). With threads the env's own fork runs (a state
+        copy where the family has one); with processes or Ray a new worker replays the
+        episode's record. `ForkUnavailable` when the episode cannot be forked; `shrink`
+        removes the slots again (rules: `skyhub.vector.forking`)."""
+        from skyhub.vector.forking import fork_slots
 
-        self._check_open()
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise UsageError(f"fork(env_id, n) needs a positive int n, got {n!r}")
-        (i,) = self._ids([env_id])
-        slot = self._slots[i]
-        if slot.in_flight:
-            raise UsageError(f"env {i} has a step in flight: recv() it before fork()")
-        if slot.needs_reset:
-            raise ForkUnavailable(f"env {i} has no running episode (it ended or was never "
-                                  "reset): fork a slot mid-episode")
-        worker = slot.runner.worker
-        if isinstance(worker, LocalWorker):
-            (children,) = self._call("fork", (n,), {}, [i])
-            fns = [ForkedFactory(self.env_fns[i], child=c) for c in children]
-        else:
-            played = self._call("_played", None, {}, [i])[0]
-            why = ("it has no running episode" if played is None or played.done
-                   else played.unreplayable)
-            if why:
-                raise ForkUnavailable(f"env {i}'s episode cannot be forked by replay in a new "
-                                      f"worker: {why}")
-            fns = [ForkedFactory(self.env_fns[i], played=played) for _ in range(n)]
-        return self._add_slots(fns, parent=i)
+        return fork_slots(self, env_id, n)
 
     def shrink(self, num_envs: int) -> None:
         """Close and remove every env from `num_envs` on (the slots `fork` added, once their
-        episodes are over); the others keep their ids. Their steps must not be in flight."""
-        self._check_open()
-        if not 1 <= num_envs <= self.num_envs:
-            raise UsageError(f"shrink(num_envs) needs 1 <= num_envs <= {self.num_envs}, got "
-                             f"{num_envs}")
-        busy = [i for i in range(num_envs, self.num_envs) if self._slots[i].in_flight]
-        if busy:
-            raise UsageError(f"envs {busy} have a step in flight: recv() them before shrink()")
-        gone = self._slots[num_envs:]
-        for slot in gone:
-            slot.runner.inbox.put(None)  # its thread closes the env, then ends
-        for slot in gone:
-            slot.runner.thread.join(30.0)
-        del self._slots[num_envs:], self.env_fns[num_envs:], self._last_obs[num_envs:]
-        self._resize(num_envs)
+        episodes are over); the others keep their ids. None of them may be in flight."""
+        from skyhub.vector.forking import shrink
 
-    def _add_slots(self, fns: list[Callable[[], TextEnv]], parent: int) -> list[int]:
-        """New slots for `fns`, started; a copy of `parent`'s bookkeeping (mid-episode)."""
-        first = self.num_envs
-        self.env_fns += fns
-        self._resize(first + len(fns))
-        reply: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        source = self._slots[parent]
-        for k in range(len(fns)):
-            slot = _Slot(self._new_runner(first + k), needs_reset=False)
-            slot.runner.task_id, slot.runner.turn = source.runner.task_id, source.runner.turn
-            self._slots.append(slot)
-            self._last_obs.append(self._last_obs[parent])
-            slot.runner.inbox.put(("spawn", None, reply))
-        errors = [v for v in (reply.get()[3] for _ in fns) if isinstance(v, BaseException)]
-        if errors:  # a failed fork leaves nothing: the new slots' envs closed, the slots gone
-            for slot in self._slots[first:]:
-                slot.runner.inbox.put(None)
-            del self._slots[first:], self.env_fns[first:], self._last_obs[first:]
-            self._resize(first)
-            raise errors[0]
-        return list(range(first, self.num_envs))
+        shrink(self, num_envs)
 
     def _resize(self, num_envs: int) -> None:
         self.num_envs = num_envs
@@ -420,6 +364,11 @@ class VectorEnv(gymnasium.vector.VectorEnv):
                 f"autoreset={self.autoreset_mode.value})")
 
     # ====================================================================== internals
+    def _new_slot(self, i: int, *, needs_reset: bool = True) -> _Slot:
+        """Slot `i` with a new runner (a forked slot starts mid-episode: `needs_reset`
+        False)."""
+        return _Slot(self._new_runner(i), needs_reset=needs_reset)
+
     def _new_runner(self, i: int) -> Runner:
         self._generation += 1
         return Runner(self, i, self._generation)

@@ -16,6 +16,7 @@ from skyhub.trainer.learner import Learner
 from skyhub.trainer.rollout import Rollout, RolloutConfig
 from skyhub.trainer.stats import episode_metrics
 from skyhub.trainer.tree_advantage import Segment, tree_advantages
+from skyhub.trainer.tree_rollout import TreeRollout
 
 STOP = ("</lookup>", "</answer>")
 
@@ -28,9 +29,9 @@ def tree(model, tokenizer, chat):
     probe = skyhub.make("toy-lookup")
     task_ids = [t.id for t in probe.tasks][:2]
     probe.close()
-    rollout = Rollout(venv, HFEngine(model, tokenizer), chat,
-                      RolloutConfig(max_tokens_per_turn=12, stop=STOP, branch_at=1,
-                                    branch_n=3))
+    rollout = TreeRollout(venv, HFEngine(model, tokenizer), chat,
+                          RolloutConfig(max_tokens_per_turn=12, stop=STOP, branch_at=1,
+                                        branch_n=3))
     try:
         samples = rollout.run(task_ids, group_size=2, seed=1)
         yield samples, rollout
@@ -114,10 +115,14 @@ def test_branch_settings_are_checked(model, tokenizer, chat) -> None:
     try:
         for bad in ({"branch_at": 0}, {"branch_at": 1, "branch_n": 1}):
             with pytest.raises(UsageError, match="branch"):
-                Rollout(venv, HFEngine(model, tokenizer), chat,
-                        RolloutConfig(stop=STOP, **bad))
-        rollout = Rollout(venv, HFEngine(model, tokenizer), chat,
-                          RolloutConfig(stop=STOP, branch_at=1, max_in_flight=2))
+                TreeRollout(venv, HFEngine(model, tokenizer), chat,
+                            RolloutConfig(stop=STOP, **bad))
+        # the plain loop does not ignore it
+        with pytest.raises(UsageError, match="make_rollout"):
+            Rollout(venv, HFEngine(model, tokenizer), chat,
+                    RolloutConfig(stop=STOP, branch_at=1))
+        rollout = TreeRollout(venv, HFEngine(model, tokenizer), chat,
+                              RolloutConfig(stop=STOP, branch_at=1, max_in_flight=2))
         with pytest.raises(UsageError, match="max_in_flight"):
             rollout.run(["lookup-0-0"], group_size=3)
     finally:
