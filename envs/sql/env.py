@@ -163,8 +163,9 @@ class SQLEnv(SQLTools, TextEnv):
 
     stop_strings = proto.STOP_STRINGS
     slice_key = "db_id"  # a sample of the tasks is spread over the databases
-    # forked by state copy over the read-only databases (each child its own engine,
-    # `fork_resources`); under PostgreSQL, whose clone the agent may write, by replay
+    # forked by state copy: no statement changes a database (SQLite and DuckDB open them
+    # read-only; PostgreSQL rolls every statement back), so an episode's state is its
+    # transcript; each child gets its own engine (`fork_resources`)
     fork_state: ClassVar[tuple[str, ...] | None] = ("_actions", "_results")
     #: The loaders' names for databases kept apart from `data_dir` (their docstrings say
     #: which): accepted, and shown by `skyhub info` in data_dir's row, not as kwargs of their
@@ -216,8 +217,6 @@ class SQLEnv(SQLTools, TextEnv):
             engine_kwargs["dsn"] = dsn
         self.engine = make_engine(engine, **engine_kwargs)
         self._engine_args = (engine, engine_kwargs)
-        if engine == "postgres":  # the agent may write to its episode's clone: fork by replay
-            self.fork_state = None
         self._sqlite: Engine | None = None  # the canonical files, where the engine fails a gold
         # the system prompt of the episode: skyhub's, or the data's own (set by reset)
         self.default_system_prompt = (calls.TOOLS_SYSTEM_PROMPT if prompt == "tools" else
@@ -485,7 +484,8 @@ class SQLEnv(SQLTools, TextEnv):
 
     def fork_resources(self) -> None:
         """A forked child's own engine (it may run beside its parent, in another thread),
-        ready for the episode's database; the canonical-SQLite one is made when needed."""
+        ready for the episode's database (PostgreSQL: its own clone and role); the
+        canonical-SQLite one is made when needed."""
         self.engine = make_engine(self._engine_args[0], **self._engine_args[1])
         self._sqlite = None
         if self.task is not None:

@@ -5,16 +5,19 @@ shell-typed actions of other agents replay as terminal's do (tests/envs/terminal
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-from fork_checks import fork_check
 from typer.testing import CliRunner
 
 from skyhub.cli.main import app
 from skyhub.eval import harness
 from skyhub.eval.agents import load_agent
 from skyhub.eval.rundir import load_records
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from fork_checks import fork_check
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fork_checks import fork_check
 
 import skyhub
 from skyhub.envs.swe.env import SWEEnv
 from skyhub.envs.swe.protocol import edit_text
 from skyhub.tools import ToolCall
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from fork_checks import fork_check
 
 CORE = '''\
 def add(a, b):

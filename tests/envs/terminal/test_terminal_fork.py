@@ -3,10 +3,15 @@ files and shell state are their own."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
-from fork_checks import fork_check
 
 import skyhub
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+from fork_checks import fork_check
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +32,11 @@ def test_children_have_their_own_files_and_shell(backend: str) -> None:
                 assert child.turn == 1
                 obs = child.step("<bash>echo $MARK; cat shared.txt; pwd</bash>")[0]
                 assert "parent\none\n/tmp" in obs
-            left.step("<bash>echo left > shared.txt && export MARK=left</bash>")
+            left.step("<bash>echo LEFTS > shared.txt && export MARK=LEFTM</bash>")
             for e in (env, right):
                 obs = e.step("<bash>echo $MARK; cat shared.txt</bash>")[0]
-                assert "parent\none" in obs and "left" not in obs
-            assert "left\nleft" in left.step("<bash>echo $MARK; cat shared.txt</bash>")[0]
+                assert "parent\none" in obs and "LEFT" not in obs
+            assert "LEFTM\nLEFTS" in left.step("<bash>echo $MARK; cat shared.txt</bash>")[0]
         finally:
             left.close()
             right.close()
