@@ -6,9 +6,11 @@ in the same run on the same episode).
 
 Each prefix turn is a cheap action of the family's protocol (a lookup, `SELECT 1`, a search,
 `echo`), so the replay baseline is the lower bound of a real one (real commands take longer).
-The time of closing a child is not counted. Terminal runs on the local (bwrap) backend and
-also forks a prefix that holds one 2-second command (`sleep 2`). A family that declares no
-`fork_state` forks by replay, so its ratio is about 1: the row says which way each forked.
+The time of closing a child is not counted; a state copy is timed 20 times as often as a
+replay (it takes microseconds, where a median of few is noise). Terminal runs on the local
+(bwrap) backend and also forks a prefix that holds one 2-second command (`sleep 2`). A
+family that declares no `fork_state` forks by replay, so its ratio is about 1: the row says
+which way each forked.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def median_ms(fn: Any, reps: int) -> float:
 
 
 def measure(env_id: str, kwargs: dict[str, Any], action: str, turns: int, reps: int,
-            slow: str | None = None) -> tuple[float, float, str]:
+            slow: str | None = None, fork_reps: int | None = None) -> tuple[float, float, str]:
     """(fork ms, replay ms, how it forked) at `turns` turns into an episode."""
     import skyhub
     from skyhub.fork import fork_by_replay
@@ -53,7 +55,7 @@ def measure(env_id: str, kwargs: dict[str, Any], action: str, turns: int, reps: 
         env.reset(seed=0)
         for k in range(turns):
             env.step(slow if slow is not None and k == 0 else action)
-        fork_ms = median_ms(lambda: env.fork(1), reps)
+        fork_ms = median_ms(lambda: env.fork(1), fork_reps or reps)
         replay_ms = median_ms(lambda: [fork_by_replay(env)], reps)
         how = "state copy" if env.fork_state is not None else "replay"
     finally:
@@ -70,9 +72,12 @@ def main() -> None:
     for family in args.families.split(","):
         env_id, kwargs, action = FAMILIES[family]
         reps = args.reps if family != "terminal" else max(3, args.reps // 5)
+        # a state copy takes microseconds: many more of them, for a stable median
+        fork_reps = reps if family == "terminal" else 20 * reps
         by_turn = {}
         for turns in TURNS:
-            fork_ms, replay_ms, how = measure(env_id, kwargs, action, turns, reps)
+            fork_ms, replay_ms, how = measure(env_id, kwargs, action, turns, reps,
+                                              fork_reps=fork_reps)
             by_turn[turns] = fork_ms
             goal = ("< 1 ms" if family in ("toy", "sql") else
                     ">= 5x faster than replay at turn 20" if family == "terminal" and turns == 20
@@ -83,7 +88,8 @@ def main() -> None:
                                "fresh env replayed to the same turn", replay_ms, goal,
                                ratio=replay_ms / fork_ms, met=met, unit="ms",
                                note=f"{env_id}, by {how}; ratio = replay / fork (higher is "
-                                    f"faster), median of {reps}"))
+                                    f"faster), medians of {fork_reps} forks and {reps} "
+                                    "replays"))
             print(f"{family} turn {turns}: fork {fork_ms:.3f} ms, replay {replay_ms:.3f} ms "
                   f"({how})", flush=True)
         spread = max(by_turn.values()) / min(by_turn.values())
