@@ -443,13 +443,11 @@ class TextEnv(gymnasium.Env[str, str]):
                 self._played = None
                 self._in_call = True
                 try:
-                    obs, info = own_reset(self, seed=seed, options=options)
+                    result = own_reset(self, seed=seed, options=options)
                 finally:
                     self._in_call = False
-                self._played = Played(seed, None if options is None else dict(options), obs)
-                if isinstance(info, dict) and info.get("infra_error"):
-                    self._played.unreplayable = "its reset reported an infra error"
-                return obs, info
+                self._played = _record_reset(seed, options, result)
+                return result
 
             reset._skyhub_recorded = True  # type: ignore[attr-defined]
             cls.reset = reset  # type: ignore[method-assign]
@@ -473,13 +471,7 @@ class TextEnv(gymnasium.Env[str, str]):
                 finally:
                     self._in_call = False
                 if played is not None:
-                    obs, reward, terminated, truncated, info = result
-                    played.actions.append(action)
-                    played.results.append((obs, float(reward), bool(terminated),
-                                           bool(truncated)))
-                    if isinstance(info, dict) and info.get("infra_error") and \
-                            not played.unreplayable:
-                        played.unreplayable = f"step {len(played.actions)} was an infra error"
+                    _record_step(played, action, result)
                 return result
 
             step._skyhub_tool_calls = True  # type: ignore[attr-defined]
@@ -496,6 +488,35 @@ class TextEnv(gymnasium.Env[str, str]):
     def __repr__(self) -> str:
         env_id = self.spec.id if self.spec is not None else None
         return f"<{type(self).__name__}{' ' + env_id if env_id else ''}>"
+
+
+def _record_reset(seed: int | None, options: dict[str, Any] | None, result: Any) -> Played:
+    """The record a reset starts (`skyhub.fork`); what breaks the API (not an `(obs, info)`
+    pair) is left to the caller's checks, and only makes the episode unreplayable."""
+    ok = isinstance(result, tuple) and len(result) == 2
+    played = Played(seed, None if options is None else dict(options),
+                    result[0] if ok else "")
+    if not ok:
+        played.unreplayable = "its reset did not return (observation, info)"
+    elif isinstance(result[1], dict) and result[1].get("infra_error"):
+        played.unreplayable = "its reset reported an infra error"
+    return played
+
+
+def _record_step(played: Played, action: Any, result: Any) -> None:
+    """Add a step to the episode's record; a result that breaks the API (not a 5-tuple, a
+    reward that is not a number) is left to the caller's checks and makes it unreplayable."""
+    k = len(played.actions) + 1
+    played.actions.append(action)
+    try:
+        obs, reward, terminated, truncated, info = result
+        played.results.append((obs, float(reward), bool(terminated), bool(truncated)))
+    except (TypeError, ValueError):
+        played.results.append(("", 0.0, False, False))
+        played.unreplayable = played.unreplayable or f"step {k} did not return a StepResult"
+        return
+    if isinstance(info, dict) and info.get("infra_error") and not played.unreplayable:
+        played.unreplayable = f"step {k} was an infra error"
 
 
 def _step_or_tools(env: TextEnv, own_step: Any, action: Any) -> StepResult:

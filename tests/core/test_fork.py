@@ -283,3 +283,24 @@ def test_vector_fork_adds_slots_mid_episode(executor: str) -> None:
     finally:
         venv.close()
 
+
+
+def test_an_env_that_breaks_the_api_is_reported_by_its_checks_not_by_the_record() -> None:
+    """The record never raises in the env's place: a 4-tuple step or a reward of None go
+    back to the caller as the env returned them (its checks report them), and only make the
+    episode unreplayable."""
+
+    class Old(Walk):
+        def step(self, action: str) -> Any:
+            obs, reward, terminated, truncated, info = super().step(action)
+            return (obs, reward, terminated, info) if action == "old" else \
+                (obs, None, terminated, truncated, info)
+
+    env = Old()
+    env.reset(seed=0)
+    assert len(env.step("old")) == 4
+    with pytest.raises(ForkUnavailable, match="step 1 did not return a StepResult"):
+        env.fork(factory=Old)
+    env.reset(seed=0)
+    assert env.step("none")[1] is None
+    assert env._played.unreplayable
