@@ -166,7 +166,7 @@ class SQLEnv(SQLTools, TextEnv):
     # forked by state copy: no statement changes a database (SQLite and DuckDB open them
     # read-only; PostgreSQL rolls every statement back), so an episode's state is its
     # transcript; each child gets its own engine (`fork_resources`)
-    fork_state: ClassVar[tuple[str, ...] | None] = ("_actions", "_results")
+    fork_state: ClassVar[tuple[str, ...] | None] = ("_actions",)
     #: The loaders' names for databases kept apart from `data_dir` (their docstrings say
     #: which): accepted, and shown by `skyhub info` in data_dir's row, not as kwargs of their
     #: own (one data kwarg per env, as in every family).
@@ -488,6 +488,9 @@ class SQLEnv(SQLTools, TextEnv):
         canonical-SQLite one is made when needed."""
         self.engine = make_engine(self._engine_args[0], **self._engine_args[1])
         self._sqlite = None
+        # the episode's results so far, in a dict of its own (a result is never changed once
+        # made: no need to copy its rows)
+        self._results = dict(self._results)
         if self.task is not None:
             db = self.task.meta["db_id"]
             self.engine.begin_episode(db, self._db_path(db))

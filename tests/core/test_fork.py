@@ -226,6 +226,9 @@ def test_a_sql_copy_has_its_own_engine() -> None:
     play(env, ["<sql>SELECT 1</sql>"])
     (child,) = env.fork()
     assert child.engine is not env.engine and child._actions == env._actions
+    assert child._results == env._results and child._results is not env._results
+    child.step("<sql>SELECT 3</sql>")
+    assert len(child._results) == len(env._results) + 1  # its own results from here on
     child.close()  # closing the child leaves the parent's engine open
     obs = env.step("<sql>SELECT 2</sql>")[0]
     assert "2" in obs and "Error" not in obs
