@@ -98,7 +98,6 @@ def backend(request: pytest.FixtureRequest) -> str:
 #: these would run alone at the end while the other workers sit idle.
 LONGEST_FILES = (
     "tests/trainer/test_learning.py",
-    "tests/trainer/test_tree_learning.py",
     "tests/envs/python/test_python_tools.py",
     "tests/test_docs.py",
     "tests/envs/test_eval_oracles.py",

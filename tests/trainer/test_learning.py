@@ -56,3 +56,21 @@ def test_sql_synth_trains_end_to_end(tmp_path):
     for r in s.metrics:
         assert r["episodes"] == 4 and r["infra_errors"] == 0
         assert r["turns_mean"] >= 1 and r["response_tokens_mean"] > 0
+
+
+def test_tree_rollouts_take_two_turn_recall_from_chance_to_at_least_0_9(tmp_path):
+    # The two-turn env above, each prompt's two roots forked after turn 1 into eight
+    # children (rollout.branch_at): the children of a root read the same reply and are
+    # compared with each other. (In this file, not its own: two CPU-bound training runs at
+    # once on 2 cores starve the sandbox tests beside them.)
+    env = "hops: 2, name_key: false, n_words: 6"
+    s = run(tmp_path, f"env.kwargs={{{env}, n_tasks: 2000}}",
+            f"env.eval_kwargs={{{env}, n_tasks: 100, seed: 99}}",
+            "rollout.samples_per_prompt=2", "rollout.branch_at=1", "rollout.branch_n=8",
+            "rollout.max_in_flight=null", "loop.max_steps=90", "loop.eval_every=45")
+    assert s.metrics[0]["reward_mean"] < 1 / 6
+    # every root forked once, into 8 children, each of which played turn 2
+    assert all(r["forks"] == 32 * 2 and r["episodes"] == 32 * 2 * 8 for r in s.metrics)
+    assert all(r["turns_mean"] == 2.0 and r["infra_errors"] == 0 for r in s.metrics)
+    evals = [r["eval_reward_mean"] for r in s.metrics if "eval_reward_mean" in r]
+    assert evals[-1] >= 0.9, evals  # greedy, on tasks it did not train on

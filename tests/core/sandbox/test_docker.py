@@ -394,7 +394,7 @@ def _fake_container(image: str, pid: int, host: str, age_s: float) -> object:
                                               network_mode="none")
 
 
-def test_reap_removes_orphans_of_dead_owners_only(image: str) -> None:
+def test_reap_removes_orphans_of_dead_owners_only(reaping: None, image: str) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     assert not base.pid_alive(dead.pid)

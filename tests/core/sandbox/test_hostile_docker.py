@@ -299,7 +299,7 @@ def _orphan(image: str, pid: int) -> object:
                                               network_mode="none")
 
 
-def test_reap_goes_on_past_an_entry_it_cannot_remove(image: str,
+def test_reap_goes_on_past_an_entry_it_cannot_remove(reaping: None, image: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import docker.errors
 
@@ -320,7 +320,9 @@ def test_reap_goes_on_past_an_entry_it_cannot_remove(image: str,
         removed = dsb.reap(errors=errors)
         assert other.name in removed and stuck.name not in removed
         assert len(errors) == 1 and stuck.name in errors[0] and "in progress" in errors[0]
-        names = {c.name for c in dsb.get_client().containers.list(all=True)}
+        # (another worker's containers may go while they are listed)
+        names = {c.name for c in dsb.get_client().containers.list(all=True,
+                                                                   ignore_removed=True)}
         assert other.name not in names and stuck.name in names
     finally:
         monkeypatch.undo()
@@ -360,7 +362,7 @@ def test_restore_replaces_a_container_that_no_longer_runs(image: str) -> None:
             all=True, filters={"name": sb.name})] == [sb.container.id]
 
 
-def test_reap_survives_a_listing_of_bad_labels(image: str) -> None:
+def test_reap_survives_a_listing_of_bad_labels(reaping: None, image: str) -> None:
     """A container with labels reap cannot parse is left alone, not a crash."""
     labels = {base.LABEL: "1", base.LABEL_OWNER_PID: "not-a-pid",
               base.LABEL_OWNER_HOST: socket.gethostname(), base.LABEL_CREATED: "yesterday"}

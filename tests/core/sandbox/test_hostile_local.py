@@ -309,7 +309,7 @@ def orphan(sb: LocalSandbox, **labels: str) -> None:
 
 
 def test_reap_goes_on_past_a_deep_tree_and_a_bad_label(
-        own_base: Path, make: Callable[..., LocalSandbox]) -> None:
+        reaping: None, own_base: Path, make: Callable[..., LocalSandbox]) -> None:
     deep, bad, plain, live = make(), make(), make(), make()
     assert deep.exec(["python3", "-c", DEEP_TREE], timeout=120).ok
     orphan(deep)
@@ -324,8 +324,8 @@ def test_reap_goes_on_past_a_deep_tree_and_a_bad_label(
 
 
 def test_reap_reports_what_it_could_not_remove_and_reaps_the_rest(
-        own_base: Path, make: Callable[..., LocalSandbox], monkeypatch: pytest.MonkeyPatch
-        ) -> None:
+        reaping: None, own_base: Path, make: Callable[..., LocalSandbox],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     stuck, plain = make(), make()
     orphan(stuck)
     orphan(plain)
@@ -354,8 +354,8 @@ def test_reap_reports_what_it_could_not_remove_and_reaps_the_rest(
     monkeypatch.setattr(local_scratch, "remove_tree", real)  # so that closing it works
 
 
-def test_reap_cli_reaps_a_deep_orphan(own_base: Path, make: Callable[..., LocalSandbox]
-                                      ) -> None:
+def test_reap_cli_reaps_a_deep_orphan(reaping: None, own_base: Path,
+                                      make: Callable[..., LocalSandbox]) -> None:
     deep = make()
     assert deep.exec(["python3", "-c", DEEP_TREE], timeout=120).ok
     orphan(deep)

@@ -163,7 +163,8 @@ os.kill(os.getpid(), 9)
 """
 
 
-def test_reap_removes_the_cgroup_of_a_dead_owner(cgroups: local_cgroup.Hierarchy,
+def test_reap_removes_the_cgroup_of_a_dead_owner(reaping: None,
+                                                 cgroups: local_cgroup.Hierarchy,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     base = tempfile.mkdtemp(prefix="skyhub-cg-")
     os.chmod(base, 0o711)

@@ -426,7 +426,7 @@ def own_base(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def test_reap_removes_dead_owners_sandboxes_and_keeps_live_ones(
-        make: Callable[..., LocalSandbox], own_base: Path) -> None:
+        reaping: None, make: Callable[..., LocalSandbox], own_base: Path) -> None:
     live, orphan = make(), make()
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -28,7 +28,7 @@ def skyhub_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_reap_removes_orphans_of_a_crashed_process_and_spares_live_ones(
-        bwrap: str, docker_daemon: None) -> None:
+        reaping: None, bwrap: str, docker_daemon: None) -> None:
     from skyhub.sandbox import images
 
     images.build(quiet=True)
@@ -64,7 +64,7 @@ def test_reap_removes_orphans_of_a_crashed_process_and_spares_live_ones(
 
 
 @pytest.mark.parametrize("backend", ["local"])
-def test_reap_is_a_no_op_without_orphans(backend: str, bwrap: str) -> None:
+def test_reap_is_a_no_op_without_orphans(reaping: None, backend: str, bwrap: str) -> None:
     with create(backend=backend, memory_mb=256) as sb:
         r = skyhub_cli("sandbox", "reap", "--dry-run")
         assert r.returncode == 0
