@@ -166,6 +166,8 @@ class TextEnv(gymnasium.Env[str, str]):
     #: state copy; None (the default) forks by replay. Set it only where the rest of the env
     #: is read-only during an episode (or given to each child by `fork_resources`).
     fork_state: ClassVar[tuple[str, ...] | None] = None
+    #: How this env was made, if by `fork`: "state copy", "sandbox copy" or "replay".
+    forked_by: str | None = None
 
     def __init__(self, *, max_turns: int | None = None) -> None:
         super().__init__()

@@ -22,6 +22,10 @@ what it got back. It is kept per episode by `TextEnv`'s wrappers of `reset` and 
 outermost call only, so a family's `super().step` or a tool turn's text actions are not
 counted twice); an episode whose step raised, or reported an infra error, cannot be replayed.
 
+A family may fork its own way where it holds more than data: the shell families copy their
+sandbox and shell into a warm spare (`skyhub.shell.fork`), replaying only where they cannot.
+A child's `forked_by` says which means made it ("state copy", "sandbox copy", "replay").
+
 Not forkable, with `ForkUnavailable`: an env never reset, a closed one, an episode that has
 ended (fork before its last step), and, by replay, one made without `skyhub.make` and no
 `factory`.
@@ -86,15 +90,18 @@ def check_forkable(env: TextEnv, n: int) -> Played:
     return played
 
 
-def fork_by_copy(env: TextEnv) -> TextEnv:
+def fork_by_copy(env: TextEnv, means: str = "state copy") -> TextEnv:
     """One child by state copy: a shallow copy of `env` with `COPIED_BASE` and the family's
-    `fork_state` attributes copied, then `fork_resources()` (the family's own resources)."""
+    `fork_state` attributes copied, then `fork_resources()` (the family's own resources).
+    `means`: what the child's `forked_by` says (a family that copies more, such as a
+    sandbox, names it)."""
     child = copy.copy(env)
     state = child.__dict__
     for name in (*COPIED_BASE, *(env.fork_state or ())):
         if name in state:
             state[name] = copy.deepcopy(state[name])
     state["_closed"] = False
+    child.forked_by = means
     child.fork_resources()
     return child
 
@@ -117,6 +124,7 @@ def fork_by_replay(env: TextEnv, factory: Callable[[], TextEnv] | None = None) -
     except BaseException:
         child.close()
         raise
+    child.forked_by = "replay"
     return child
 
 

@@ -117,6 +117,9 @@ class RolloutConfig:
     # roots' shared prefix once and each child's continuation against its siblings.
     branch_at: int | None = None
     branch_n: int = 2
+    # fork again after each of the next branch_depth-1 turns (every child that is still
+    # running forks into branch_n): branch_n ** branch_depth leaves per root
+    branch_depth: int = 1
 
 
 #: the advantage estimators whose statistics are per episode (group-wise on the reward): the

@@ -253,11 +253,7 @@ class HarborEnv(VerdictPhases, ShellEnv):
                 self._close_sidecars()
                 raise
         try:
-            self._sandbox = container.start_task_container(
-                image, env_cfg,
-                user=None if (user := self._phase("agent_user")) is None else str(user),
-                env=resolve_env(env_cfg.get("env") or {}, task=task.id),
-                isolation=self.isolation, network=network, client=client)
+            self._sandbox = self._task_container(task, image, network, client)
         except BaseException:
             self._close_sidecars()
             raise
@@ -273,6 +269,67 @@ class HarborEnv(VerdictPhases, ShellEnv):
             self._close_sidecars()
             raise
         return self._sandbox
+
+    def _task_container(self, task: Any, image: Any, network: bool, client: Any) -> Any:
+        """The task's main container for the current step, not yet healthy."""
+        env_cfg = task.meta["config"]["environment"]
+        return container.start_task_container(
+            image, env_cfg,
+            user=None if (user := self._phase("agent_user")) is None else str(user),
+            env=resolve_env(env_cfg.get("env") or {}, task=task.id),
+            isolation=self.isolation, network=network, client=client)
+
+    # -- forking: into spare containers of the task's image ------------------------------
+    def _new_sandbox(self) -> Any:
+        """A spare for forks (`ShellEnv.fork`): the current task's container as `_prepare`
+        starts it, healthy; the episode's files come from the parent's changes (its step's
+        setup among them)."""
+        from skyhub.sandbox.docker_client import get_client
+
+        task = self.task
+        assert task is not None
+        cfg = task.meta["config"]
+        env_cfg = cfg["environment"]
+        network = container.network_on(env_cfg, isolation=self.isolation,
+                                       allowlist=self.allowlist, task_id=task.id,
+                                       phase_mode=cfg.get("agent_network_mode"))
+        client = get_client()
+        image = task_image(task.meta["path"], env_cfg, client,
+                           build_timeout_s=cfg.get("build_timeout_s"))
+        sb = self._task_container(task, image, network, client)
+        try:
+            container.await_healthy(sb, env_cfg.get("healthcheck"), user=str(self._image_user),
+                                    task_id=task.id)
+        except BaseException:
+            sb.close()
+            raise
+        return sb
+
+    def _spares_key(self) -> Any:
+        return (self.task.id if self.task is not None else None, self._step)
+
+    def sandbox_fork_problem(self, spare: Any) -> str | None:
+        """Sidecars are not copied; nor is a process the agent or the step's setup left
+        running (Docker's `top`, compared with the spare's: the image's own services run in
+        both). Either way the fork replays, which starts them again."""
+        from .verdict import running_services
+
+        if self._sidecars is not None:
+            return "the task runs sidecar services, which a sandbox copy does not carry"
+        if spare is None:
+            return None
+        facts = self.spares().facts  # a spare's services: read once, all spares are alike
+        if "services" not in facts:
+            facts["services"] = set(running_services(spare.sandbox).values())
+        extra = sorted(set(running_services(self._sandbox).values()) - facts["services"])
+        if extra:
+            return f"processes are running that a copy would not have: {', '.join(extra[:3])}"
+        return None
+
+    def fork_resources(self) -> None:
+        super().fork_resources()
+        self._step_rewards, self._step_extra = list(self._step_rewards), list(self._step_extra)
+        self._pending_state = dict(self._pending_state) if self._pending_state else None
 
     def _sidecar_specs(self, task: Any, env_cfg: dict[str, Any]
                        ) -> tuple[list[sidecars.Sidecar], dict[str, str]]:

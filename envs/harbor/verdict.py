@@ -34,6 +34,7 @@ from typing import Any
 
 from skyhub.errors import InfraError
 from skyhub.shell import judge
+from skyhub.shell.session import BASH
 
 from . import container, verifier
 from . import rewards as named
@@ -390,8 +391,7 @@ class VerdictPhases:
             vsb.close()
 
 
-_SHELL_CMDS = ("script -qfec bash --noprofile --norc -i /dev/null",
-               "sh -c bash --noprofile --norc -i", "bash --noprofile --norc -i")
+_SHELL_CMDS = (f"script -qfec {BASH} /dev/null", f"sh -c {BASH}", BASH)
 
 
 def _left_running(sb: Any, settle_s: float = 0.5) -> list[str]:
@@ -401,15 +401,15 @@ def _left_running(sb: Any, settle_s: float = 0.5) -> list[str]:
     zombies. A process is only counted when it is still there `settle_s` later: the last
     command's children may still be exiting when the episode ends (a `tar` whose `gzip` has
     not been reaped yet on a loaded machine), and they are no service."""
-    first = _processes(sb)
+    first = running_services(sb)
     if not first:
         return []
     time.sleep(settle_s)
-    still = _processes(sb)
+    still = running_services(sb)
     return [cmd for pid, cmd in first.items() if still.get(pid) == cmd]
 
 
-def _processes(sb: Any) -> dict[str, str]:
+def running_services(sb: Any) -> dict[str, str]:
     """{pid: command line} of the agent's container's live processes that could be
     services (see `_left_running`); {} when Docker cannot say (a stopped container)."""
     try:
@@ -463,4 +463,5 @@ def logs_archive(sb: Any, path: str) -> tuple[bytes, bool]:
     return buf.getvalue(), True
 
 
-__all__ = ["MAX_LOGS_BYTES", "OUTPUT_TAIL", "TEST_STDOUT", "VerdictPhases", "logs_archive"]
+__all__ = ["MAX_LOGS_BYTES", "OUTPUT_TAIL", "TEST_STDOUT", "VerdictPhases", "logs_archive",
+           "running_services"]

@@ -98,6 +98,9 @@ class SWEEnv(ShellEnv):
 
     stop_strings = (*ShellEnv.stop_strings, "</edit>")
     tools = protocol.TOOLS
+    # the sandbox is /testbed's (its image, the base's snapshots, the editor's undo history
+    # over it), not what `_new_sandbox` makes: a fork replays the episode into a fresh env
+    fork_by_sandbox = False
 
     def __init__(self, *, data_dir: str | Path | None = None,
                  instances: list[Instance] | None = None, synth: bool = False,

@@ -3,8 +3,9 @@
 The procedure: reset, play a short prefix of the family's own random actions
 (`sample_action`, the turns before the last), fork, then send one continuation (each env's
 own reference action, as the oracle agent would, else one random action) to the original,
-the fork and, where the fork was a state copy, a fresh env replayed to the same turn,
-interleaved step by step so that state the copies wrongly share shows up as a difference.
+the fork and, where the fork was a copy (of state, or of a shell's sandbox), a fresh env
+replayed to the same turn, interleaved step by step so that state the copies wrongly share
+shows up as a difference.
 Every observation (with the env's `replay_ignore` masks), reward and end flag must be the
 same. A state copy is also checked to survive its sibling's close (a shared connection
 closed under it), and every env made is closed.
@@ -36,15 +37,18 @@ def check_fork(env: Any, seed: int, make_other: Callable[[], Any] | None,
         notes.append("skipped: the env was not made by skyhub.make and forks by replay, which "
                      "needs env.fork(n, factory=...)")
         return "skipped"
-    by_copy = base.fork_state is not None
+    # two copies where the fork is likely a copy (of state, or of a shell's sandbox)
+    copies = 2 if base.fork_state is not None or getattr(base, "fork_by_sandbox", False) else 1
     made: list[Any] = []
     try:
         try:
-            made = base.fork(2 if by_copy else 1, factory=make_other)
+            made = base.fork(copies, factory=make_other)
         except ForkUnavailable as e:
             raise CheckFailed(f"fork() after {len(prefix)} turn(s) of reset(seed={seed}) "
                               f"failed: {e}") from None
-        if by_copy:  # the second copy's close must leave its siblings whole
+        how = made[0].forked_by or "replay"
+        by_copy = how != "replay"
+        if len(made) > 1:  # the second copy's close must leave its siblings whole
             made[1].close()
         child = made[0]
         if (child.turn, getattr(child.task, "id", None)) != (base.turn, getattr(base.task, "id",
@@ -85,7 +89,6 @@ def check_fork(env: Any, seed: int, make_other: Callable[[], Any] | None,
     finally:
         for e in made:
             e.close()
-    how = "state copy" if by_copy else "replay"
     return (f"a fork at turn {len(prefix)} (by {how}) went on as the original for {k} step(s)"
             + (", as did a fresh replay" if len(plays) > 2 else ""))
 

@@ -66,6 +66,23 @@ class Snapshot:
     created: float = field(default_factory=time.time)
 
 
+@dataclass(frozen=True)
+class Places:
+    """A copy of every place of a sandbox that a restore puts back (the workdir and, on
+    Docker, /tmp, $HOME and the rest), taken mid-use by `Sandbox.export_places` and put into
+    another sandbox of the same kind by `import_places`: how a running episode is forked.
+    `kind` names what the two sandboxes must share (backend, image, user, workdir);
+    `per_process` the places each process tree has its own of (bwrap's /tmp and /dev/shm),
+    which are not in the copy: a caller that needs them copies them through its process.
+    A copy of a whole container's changes (Docker, where restores replace the container)
+    is one tar at "/" and the paths it `deleted`."""
+
+    kind: str
+    tars: tuple[tuple[str, bytes], ...]
+    per_process: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+
+
 class Channel(abc.ABC):
     """A long-running process in a sandbox that answers requests: one length-prefixed JSON
     message in, one out (the in-sandbox guest's framing; replies echo the request's `id`).
@@ -208,6 +225,37 @@ class Sandbox(abc.ABC):
         next user finds nothing of the last one: what a `Pool` lease relies on.
         `kill_processes=False` keeps the processes and puts back the workdir only. A
         snapshot of another sandbox raises `skyhub.errors.UsageError`."""
+
+    def export_places(self) -> Places:
+        """A copy of the sandbox's places as they are now (see `Places`), for
+        `import_places` into a sandbox of the same kind. `SandboxUnavailable` where the
+        backend cannot (callers fall back to replaying what made the state)."""
+        from skyhub.errors import SandboxUnavailable
+
+        raise SandboxUnavailable(f"the {self.backend} sandbox backend cannot copy its places "
+                                 "to another sandbox")
+
+    def import_places(self, places: Places) -> None:
+        """Make this sandbox's places exactly those of `places` (another sandbox's
+        `export_places`), leaving its processes running: for a fresh sandbox whose processes
+        (a shell just started) have written nothing yet. A copy of another kind is a
+        `UsageError`."""
+        from skyhub.errors import SandboxUnavailable
+
+        raise SandboxUnavailable(f"the {self.backend} sandbox backend cannot take places "
+                                 "copied from another sandbox")
+
+    def _check_kind(self, places: Places) -> None:
+        from skyhub.errors import UsageError
+
+        if places.kind != self.places_kind():
+            raise UsageError(f"places copied from a sandbox of kind {places.kind!r} cannot "
+                             f"go into {self.id} ({self.places_kind()!r}): import them into "
+                             "a sandbox made with the same backend, image and workdir")
+
+    def places_kind(self) -> str:
+        """What two sandboxes must share for one to take the other's places."""
+        return f"{self.backend}:{self.workdir}"
 
     def alive(self) -> bool:
         """Whether the sandbox still answers (a pool replaces those that don't)."""

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
-from skyhub.sandbox import base
+from skyhub.sandbox import base, docker_places
 from skyhub.sandbox.base import ExecResult, Sandbox, Snapshot, as_bytes
 from skyhub.sandbox.docker_channel import (
     SNAPSHOT_DIR,
@@ -66,7 +66,12 @@ from skyhub.sandbox.docker_channel import (
     tar_one,
     tar_owned,
 )
-from skyhub.sandbox.docker_client import get_client, storage_opt_refused, storage_opt_supported
+from skyhub.sandbox.docker_client import (
+    get_client,
+    get_image,
+    storage_opt_refused,
+    storage_opt_supported,
+)
 from skyhub.sandbox.docker_layout import (
     FIND_PYTHON,
     HOME,
@@ -138,7 +143,7 @@ class DockerSandbox(Sandbox):
         self._snap_archive: bytes | None = None  # root run user: the snapshots, host-side
         self._keep: list[int] = []  # pids kill_all must spare (pid 1's child, when root)
         self._uid, self._gid = 0, 0
-        img = self._get_image(image)
+        img = get_image(self.client, self.image, requested=image)
         self._image_id = str(img.id)
         self.user = user if user is not None else (img.attrs.get("Config", {}).get("User") or "0")
         self._ours = self.image in {images.image_tag(n) for n in images.IMAGES}
@@ -204,18 +209,6 @@ class DockerSandbox(Sandbox):
             raise
 
     # -- setup -------------------------------------------------------------------------
-    def _get_image(self, requested: str | None) -> Any:
-        import docker.errors
-
-        try:
-            return self.client.images.get(self.image)
-        except docker.errors.ImageNotFound:
-            hint = ("run `skyhub images build` to build skyhub's images" if requested is None
-                    or self.image.startswith("skyhub/") else
-                    f"pull or build it first (`docker pull {self.image}`); skyhub's own images:"
-                    " `skyhub images build`")
-            raise SandboxUnavailable(f"Docker image {self.image} is not present; {hint}") from None
-
     def _root(self, argv: list[str], user: str = "0") -> tuple[int, str]:
         r = self.container.exec_run(argv, user=user)
         return r.exit_code, (r.output or b"").decode("utf-8", "replace")
@@ -517,6 +510,11 @@ class DockerSandbox(Sandbox):
             stream, _ = self.container.get_archive(SNAPSHOT_DIR)
             self._snap_archive = b"".join(stream)
         return snap
+
+    # copying the places into another sandbox (a fork): `docker_places`
+    places_kind, export_places, import_places = (docker_places.places_kind,
+                                                 docker_places.export_places,
+                                                 docker_places.import_places)
 
     def restore(self, snap: Snapshot, *, kill_processes: bool = True) -> None:
         """Put back the workdir and, with `kill_processes`, every other writable place, after

@@ -137,3 +137,18 @@ def reap(older_than_s: float = 0.0, dry_run: bool = False,
                 continue
         removed.append(sb["name"])
     return removed
+
+
+def get_image(client: Any, image: str, requested: str | None) -> Any:
+    """The Docker image `image` (`requested`: what the caller asked for, None for skyhub's
+    default); `SandboxUnavailable` saying how to get it when it is not present."""
+    import docker.errors
+
+    try:
+        return client.images.get(image)
+    except docker.errors.ImageNotFound:
+        hint = ("run `skyhub images build` to build skyhub's images" if requested is None
+                or image.startswith("skyhub/") else
+                f"pull or build it first (`docker pull {image}`); skyhub's own images:"
+                " `skyhub images build`")
+        raise SandboxUnavailable(f"Docker image {image} is not present; {hint}") from None

@@ -465,6 +465,32 @@ class LocalSandbox(Sandbox):
             raise SkyhubError(f"sandbox {self.id} could not be restored ({e}); close it and "
                               "create a new one") from e
 
+    def places_kind(self) -> str:
+        return f"local:{self.isolation}:{self.workdir}"
+
+    def export_places(self) -> _b.Places:
+        """The workdir, as a tar. With bwrap /tmp and /dev/shm are each process tree's own
+        (`Places.per_process`); without it the workdir is a host path of this sandbox alone,
+        so no other sandbox can take its files unchanged (`SandboxUnavailable`)."""
+        self._check_open()
+        if self.bwrap is None:
+            raise SandboxUnavailable(f"sandbox {self.id} runs without bwrap: its workdir "
+                                     f"({self.workdir}) is its own host path, so its files "
+                                     "cannot be copied into another sandbox unchanged")
+        return _b.Places(self.places_kind(), ((self.workdir, tars.tar_bytes(str(self._work))),),
+                         per_process=("/tmp", "/dev/shm"))
+
+    def import_places(self, places: _b.Places) -> None:
+        self._check_open()
+        self._check_kind(places)
+        try:
+            for _, data in places.tars:
+                tars.restore_dir(str(self._work), data,
+                                 owner=None if self.uid is None else (self.uid, self.uid))
+        except OSError as e:
+            raise SkyhubError(f"sandbox {self.id} could not take the copied files ({e}); "
+                              "close it and create a new one") from e
+
     def _clear_outside_workdir(self) -> None:
         """Without bwrap, what the sandbox's processes (dead by now) left outside the workdir:
         its scratch /tmp and, with its own uid, its files in the host's /tmp, /dev/shm..."""

@@ -40,7 +40,7 @@ import contextlib
 import re
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from skyhub.env import StepResult, TextEnv, check_protocol
 from skyhub.errors import InfraError, SandboxUnavailable, UsageError
@@ -92,6 +92,9 @@ class ShellEnv(TextEnv):
     (`algo.turn_weight`), never a verdict."""
 
     stop_strings = ("</bash>", "<done/>", "</tool_call>")
+    #: Whether `fork` copies the sandbox (else it replays): a family whose sandbox is more
+    #: than `_new_sandbox` makes (Harbor's task containers and sidecars) sets False.
+    fork_by_sandbox: ClassVar[bool] = True
     #: The same actions as function-calling tools (see `protocol`), for chat templates.
     tools = protocol.TOOLS
 
@@ -131,6 +134,8 @@ class ShellEnv(TextEnv):
         self._reference_sent = False
         self._stats: dict[str, float] = {}
         self._broken: str | None = None  # what the agent broke in its sandbox, if anything
+        self._spares: Any = None  # warm sandboxes for forks (`spares`)
+        self.fork_note: str | None = None  # why the last fork replayed, if it did
 
     # -- episodes ----------------------------------------------------------------------
     def _prepare(self, task: Any) -> Any:
@@ -146,18 +151,67 @@ class ShellEnv(TextEnv):
         return sb
 
     def _fresh_sandbox(self) -> Any:
-        import skyhub.sandbox
-
         if self._sandbox is not None and self._sandbox.closed:
             self._sandbox = None  # lost in the last episode (see `_sandbox_lost`)
         if self._sandbox is None:
-            self._sandbox = skyhub.sandbox.create(image=self.image, backend=self.backend,
-                                                  cpus=self.cpus, memory_mb=self.memory_mb,
-                                                  pool="terminal")
+            self._sandbox = self._new_sandbox()
             self._clean = self._sandbox.snapshot()
         else:
             self._sandbox.restore(self._clean, kill_processes=True)
         return self._sandbox
+
+    def _new_sandbox(self) -> Any:
+        import skyhub.sandbox
+
+        return skyhub.sandbox.create(image=self.image, backend=self.backend, cpus=self.cpus,
+                                     memory_mb=self.memory_mb, pool="terminal")
+
+    # -- forking -------------------------------------------------------------------------
+    def fork(self, n: int = 1, *, factory: Any = None) -> list[TextEnv]:
+        """n children by copying the sandbox and the shell into warm spares (files, cwd,
+        variables, functions, aliases, options: `skyhub.shell.fork`), or by replay where
+        that cannot be exact (background jobs, a backend that cannot copy its files)."""
+        from .fork import fork_shell
+
+        return fork_shell(self, n, factory)
+
+    def spares(self) -> Any:
+        """This env's warm spares for forks (`skyhub.shell.spares.Spares`), made on first
+        use and closed with the env (or when `_spares_key` changes)."""
+        key = self._spares_key()
+        if self._spares is not None and self._spares.key != key:
+            self._spares.close()
+            self._spares = None
+        if self._spares is None:
+            from .spares import Spare, Spares
+
+            def make() -> Spare:
+                sb = self._new_sandbox()
+                try:
+                    return Spare(sb, sb.snapshot(), ShellSession(sb, max_output=self.max_output))
+                except BaseException:
+                    sb.close()
+                    raise
+
+            self._spares = Spares(make, key=key)
+        return self._spares
+
+    def _spares_key(self) -> Any:
+        """What a spare must match besides the env's settings (Harbor: the task and step,
+        whose image and user it is made with)."""
+        return None
+
+    def sandbox_fork_problem(self, spare: Any) -> str | None:
+        """Why this episode cannot fork by a sandbox copy now, beyond what every shell
+        episode checks (`skyhub.shell.fork.copy_problem`); None: it can. Asked first with
+        `spare` None (before any spare is made), then with the first spare taken."""
+        return None
+
+    def fork_resources(self) -> None:
+        """A child by sandbox copy: its own counters; its sandbox and shell are set by
+        `fork_shell`, its spares made if it forks in turn."""
+        self._stats = dict(self._stats)
+        self._spares = None
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -391,6 +445,9 @@ class ShellEnv(TextEnv):
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
+        if self._spares is not None:
+            self._spares.close()
+            self._spares = None
 
 
 def _score(stdout: str) -> float:

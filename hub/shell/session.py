@@ -58,6 +58,10 @@ SHELL_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "ca
              "DEBIAN_FRONTEND": "noninteractive", "PYTHONUNBUFFERED": "1"}
 _ANSI = re.compile(rb"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+#: The shell. `--noediting`: no readline, which costs milliseconds per kilobyte of a line
+#: (an agent's heredoc, a fork's state) and offers a model nothing (its commands arrive
+#: base64-encoded, never typed key by key).
+BASH = "bash --noprofile --norc --noediting -i"
 START_TIMEOUT_S = 30.0
 GRACE_S = 5.0  # for each key: a loaded machine may take seconds to answer
 
@@ -148,8 +152,7 @@ class ShellSession:
                          f"{'; '.join(errors)}")
 
     def _open(self, cwd: str, pty: bool, timeout: float) -> None:
-        bash = "bash --noprofile --norc -i"
-        argv = ["script", "-qfec", bash, "/dev/null"] if pty else bash.split()
+        argv = ["script", "-qfec", BASH, "/dev/null"] if pty else BASH.split()
         self._stream = self.sandbox.open_stream(argv, env=SHELL_ENV, cwd=cwd)
         self._buf.clear()
         ready, gone = secrets.token_hex(6), secrets.token_hex(6)
@@ -298,5 +301,5 @@ class ShellSession:
         self.close()
 
 
-__all__ = ["LINE_CHUNK", "SHELL_ENV", "CommandResult", "ShellSession", "command_lines",
+__all__ = ["BASH", "LINE_CHUNK", "SHELL_ENV", "CommandResult", "ShellSession", "command_lines",
            "printable"]

@@ -127,3 +127,54 @@ def test_branch_settings_are_checked(model, tokenizer, chat) -> None:
             rollout.run(["lookup-0-0"], group_size=3)
     finally:
         venv.close()
+
+
+def test_two_levels_fork_every_child_again_and_value_each_node_by_its_children(
+        model, tokenizer, chat) -> None:
+    """branch_depth=2: the roots fork at turn 1, each child again at turn 2; a middle node
+    is a prefix worth its children's mean, and the learner's advantages are the tree's."""
+    venv = skyhub.make_vec("toy-lookup", 2, autoreset_mode="disabled", max_turns=5)
+    probe = skyhub.make("toy-lookup")
+    task_id = probe.tasks[0].id
+    probe.close()
+    rollout = TreeRollout(venv, HFEngine(model, tokenizer), chat,
+                          RolloutConfig(max_tokens_per_turn=12, stop=STOP, branch_at=1,
+                                        branch_n=2, branch_depth=2))
+    try:
+        samples = rollout.run([task_id], group_size=2, seed=3)
+        assert rollout._own is None or rollout._own.num_envs == 2  # forked slots removed
+    finally:
+        rollout.close()
+        venv.close()
+    roots = [s for s in samples if s.group == 0]
+    middles = [s for s in samples if s.tree == "prefix" and s not in roots]
+    leaves = [s for s in samples if s.tree == "child"]
+    # random text never ends an episode before turn 2: 2 roots, 4 middles, 8 leaves
+    assert (len(roots), len(middles), len(leaves)) == (2, 4, 8)
+    assert rollout.stats["forks"] == 6
+    assert episode_metrics(samples, 0)["episodes"] == 8.0
+    def kids(node):  # the samples after a node in its subtree's order, in one group
+        after = samples[samples.index(node) + 1:]
+        return [s for s in after if s.group == after[0].group]
+
+    assert {len(set(map(id, kids(n)))) for n in (*roots, *middles)} == {2}
+    for node in (*roots, *middles):
+        n = len(node.token_ids)
+        for k in kids(node):
+            assert k.token_ids[:n] == node.token_ids and k.loss_mask[:n] == [0] * n
+            assert k.turns > node.turns
+    for m in middles:  # one turn of its own, trained; the root's turn is context
+        assert m.turns == 2 and sum(m.loss_mask) > 0
+    # values by hand on the leaves, then bottom-up as the rollout does
+    for k, leaf in enumerate(leaves):
+        leaf.reward = float(k % 3) / 2
+    for node in (*middles, *roots):
+        node.reward = sum(k.reward for k in kids(node)) / 2
+    learner = Learner(model, AlgoConfig(), OptimConfig(micro_batch_tokens=512))
+    got = learner._episode_advantages(samples, 2)
+    parent = {id(k): id(node) for node in (*roots, *middles) for k in kids(node)}
+    segments = [Segment(str(id(s)), None if s in roots else str(parent[id(s)]),
+                        s.reward if s.tree == "child" else None) for s in samples]
+    want = tree_advantages(segments)
+    for s in samples:
+        assert float(got[id(s)]) == pytest.approx(want[str(id(s))], abs=1e-5)

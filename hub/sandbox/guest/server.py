@@ -18,7 +18,15 @@ import sys
 
 from .harden import remove_sysv_ipc, writable_places
 from .procs import kill_all, run_command
-from .tars import restore_dir, snapshot_dir, tar_bytes, untar_bytes, without_top
+from .tars import (
+    pack,
+    restore_dir,
+    snapshot_dir,
+    tar_bytes,
+    unpack,
+    untar_bytes,
+    without_top,
+)
 from .trees import clear_dir
 
 SNAPSHOT_DIR = "/tmp/.skyhub-snapshots"
@@ -73,6 +81,11 @@ def handle(req):
                     data.append(None)
             _fits(b"", req, sum(len(d or "") for d in data))
             return {"ok": True, "data": data}
+        if op == "pack":  # changed paths of a container, for another's "unpack" (a fork)
+            return {"ok": True, "data": _b64(_fits(pack(req["entries"]), req))}
+        if op == "unpack":
+            unpack(base64.b64decode(req["data"]), req.get("delete") or ())
+            return {"ok": True}
         if op == "untar":
             untar_bytes(base64.b64decode(req["data"]), req["path"])
             return {"ok": True}

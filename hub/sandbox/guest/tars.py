@@ -11,7 +11,7 @@ import shutil
 import stat
 import tarfile
 
-from .trees import RACES, TRIES, Walk, clear, open_dir, open_top, retry_writable
+from .trees import RACES, TRIES, Walk, clear, open_dir, open_top, remove_tree, retry_writable
 
 
 class _Exactly:
@@ -333,15 +333,57 @@ def snapshot_dir(path, dest_file):
 
 
 def restore_dir(path, src_file, owner=None):
-    """Put the directory `path` back as `snapshot_dir` saved it in `src_file`: exactly, when
-    nothing else changes the tree meanwhile; safely in any case (nothing outside `path` is
-    touched, whatever a concurrent process does, but what it changes may stay).
+    """Put the directory `path` back as `snapshot_dir` saved it in `src_file` (or as
+    `tar_bytes` gave it, when `src_file` is those bytes): exactly, when nothing else changes
+    the tree meanwhile; safely in any case (nothing outside `path` is touched, whatever a
+    concurrent process does, but what it changes may stay).
     `owner`: (uid, gid) for everything restored."""
     fd = open_top(path)
     try:
         clear(fd)
-        with tarfile.open(src_file, mode="r") as tar:
+        src = {"fileobj": io.BytesIO(src_file)} if isinstance(src_file, bytes) else {
+            "name": src_file}
+        with tarfile.open(mode="r", **src) as tar:
             _Extract(fd, replace=True, owner=owner).run(tar)
+    finally:
+        os.close(fd)
+
+
+def pack(entries):
+    """One tar of absolute paths, `[path, recursive]` each, named without their leading "/"
+    (a directory not `recursive`: its entry only): what changed in a container, for another's
+    `unpack`. Entries gone meanwhile are left out."""
+    buf = io.BytesIO()
+    links = {}
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, recursive in entries:
+            parent, name = os.path.split(os.path.normpath(path))
+            try:
+                pfd = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if recursive:
+                    _add_tree(tar, pfd, name, path.lstrip("/"))
+                else:
+                    st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+                    _add_entry(tar, pfd, name, path.lstrip("/"), st, links)
+            except OSError as e:
+                if e.errno not in RACES:
+                    raise
+            finally:
+                os.close(pfd)
+    return buf.getvalue()
+
+
+def unpack(data, delete):
+    """Remove the paths `delete`, then extract `pack`'s tar at "/" (members' own owners, as
+    root): another container's changes, made in this one."""
+    for path in delete:
+        remove_tree(path)
+    fd = open_top("/")
+    try:
+        untar_at(data, fd)
     finally:
         os.close(fd)
 

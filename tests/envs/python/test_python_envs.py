@@ -125,3 +125,15 @@ def test_contract_checker_passes(env_id: str, local_backend: str) -> None:
     runs on the local one only."""
     report = check_env(env_id, env_kwargs={"backend": local_backend}, episodes=1)
     assert report.ok, [r for r in report.results if not r.passed]
+
+
+def test_python_math_forks_on_docker(docker_backend: str) -> None:
+    """The fork check on Docker (the contract test above runs the local backend only): a
+    kernel's episode forked mid-way goes on as the original and as a fresh replay."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "support"))
+    from fork_checks import fork_check
+
+    message = fork_check("python-math", backend=docker_backend, max_turns=6, cell_timeout_s=10)
+    assert "went on as the original" in message
