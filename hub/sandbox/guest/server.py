@@ -94,12 +94,14 @@ def handle(req):
             snapshot_dir(req["path"], dest)
             return {"ok": True, "file": dest}
         if op == "restore":
-            # `places`: [[directory, its tar], ...]; `clear`: directories to empty (mqueue);
-            # `ipc`: also remove our System V IPC objects
+            # `places`: [[directory, its tar (a file, or {"data": base64} sent along)], ...];
+            # `clear`: directories to empty (mqueue); `ipc`: also remove our System V IPC
+            # objects
             places = req.get("places") or [
                 [req["path"], os.path.join(SNAPSHOT_DIR, req["name"] + ".tar")]]
             for path, src in places:
-                restore_dir(path, src)
+                restore_dir(path, base64.b64decode(src["data"]) if isinstance(src, dict)
+                            else src)
             for path in req.get("clear") or ():
                 clear_dir(path)
             if req.get("ipc"):
