@@ -50,7 +50,7 @@ def docker_daemon() -> Iterator[None]:
     import docker
 
     client = docker.from_env()
-    left = client.containers.list(all=True, filters={
+    left = client.containers.list(all=True, ignore_removed=True, filters={
         "label": ["skyhub.sandbox=1", f"skyhub.owner_pid={os.getpid()}"]})
     names = [c.name for c in left]
     for c in left:

@@ -337,7 +337,7 @@ def sweep(client: Any) -> list[str]:
             and not base.pid_alive(int(pid))
 
     wanted = {"label": f"{base.LABEL_POOL}={POOL}"}
-    for c in client.containers.list(all=True, filters=wanted):
+    for c in client.containers.list(all=True, ignore_removed=True, filters=wanted):
         if dead(c.labels or {}):
             with contextlib.suppress(Exception):
                 c.remove(force=True, v=True)

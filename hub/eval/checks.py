@@ -473,7 +473,7 @@ def _containers() -> set[str] | None:
 
         client = docker.from_env(timeout=5)
         try:
-            found = client.containers.list(all=True, filters={"label": [
+            found = client.containers.list(all=True, ignore_removed=True, filters={"label": [
                 f"{LABEL}=1", f"{LABEL_OWNER_PID}={os.getpid()}"]})
             return {c.id for c in found}
         finally:

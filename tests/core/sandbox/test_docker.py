@@ -409,7 +409,8 @@ def test_reap_removes_orphans_of_dead_owners_only(reaping: None, image: str) -> 
             assert orphan.name in removed
             assert young.name not in removed and elsewhere.name not in removed
             assert live.name not in removed and live.exec("true").ok
-            names = {c.name for c in dsb.get_client().containers.list(all=True)}
+            names = {c.name for c in dsb.get_client().containers.list(all=True,
+                                                                       ignore_removed=True)}
             assert orphan.name not in names and young.name in names
     finally:
         for c in (orphan, young, elsewhere):

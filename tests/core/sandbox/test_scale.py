@@ -144,6 +144,6 @@ def test_docker_creations_in_parallel_go_through_the_process_limiter(
     assert limiter.stats.started >= 6  # every container creation asked the limiter
     assert limiter.stats.max_in_flight <= 2  # never more in flight than it allows
     client = docker.from_env()
-    left = [c.name for c in client.containers.list(all=True, filters={
+    left = [c.name for c in client.containers.list(all=True, ignore_removed=True, filters={
         "label": f"skyhub.pool={pool.name}"})]
     assert not left and not names & set(left)

@@ -188,11 +188,11 @@ def test_the_tests_talk_to_a_sidecar_oracle_one_nop_zero(docker_daemon: None,
         assert (reward, info["outcome"], info["infra_error"]) == (0.0, "failure", False), info
         net, now = episode_containers(client, env)
         assert net != first_net and not set(now) & set(first)
-        assert not client.containers.list(all=True, filters={"id": first[0]})
+        assert not client.containers.list(all=True, ignore_removed=True, filters={"id": first[0]})
         assert not client.networks.list(names=[first_net])
     assert not client.networks.list(names=[net])
     for cid in now:
-        assert not client.containers.list(all=True, filters={"id": cid})
+        assert not client.containers.list(all=True, ignore_removed=True, filters={"id": cid})
 
 
 @pytest.mark.docker
@@ -269,7 +269,8 @@ def test_a_dead_owners_network_and_sidecars_are_swept(docker_daemon: None) -> No
             made.append((net, c))
         assert made[0][0].name in sidecars.sweep(client)
         assert not client.networks.list(names=[made[0][0].name])
-        assert not client.containers.list(all=True, filters={"id": made[0][1].id})
+        assert not client.containers.list(all=True, ignore_removed=True,
+                                          filters={"id": made[0][1].id})
         assert client.networks.list(names=[made[1][0].name])  # its owner (this test) lives
     finally:
         for net, c in made:
