@@ -228,13 +228,10 @@ class HarborEnv(VerdictPhases, ShellEnv):
         cfg = task.meta["config"]
         container.refuse_unsupported(cfg, task.id)
         env_cfg = cfg["environment"]
-        network = container.network_on(env_cfg, isolation=self.isolation,
-                                       allowlist=self.allowlist, task_id=task.id,
-                                       phase_mode=cfg.get("agent_network_mode"))
+        network = self._network(task)
         services, main_deps = self._sidecar_specs(task, env_cfg)
         client = get_client()
-        image = task_image(task.meta["path"], env_cfg, client,
-                           build_timeout_s=cfg.get("build_timeout_s"))
+        image = self._main_image(task, client)
         self._image_user = image.user or (client.images.get(image.tag).attrs.get(
             "Config", {}).get("User") or "0")
         services = [replace(svc, image=task_image(  # `build` sidecars: built as main is
@@ -270,6 +267,19 @@ class HarborEnv(VerdictPhases, ShellEnv):
             raise
         return self._sandbox
 
+    def _network(self, task: Any) -> bool:
+        """Whether the task's main container gets a network (task.toml, the isolation)."""
+        cfg = task.meta["config"]
+        return container.network_on(cfg["environment"], isolation=self.isolation,
+                                    allowlist=self.allowlist, task_id=task.id,
+                                    phase_mode=cfg.get("agent_network_mode"))
+
+    def _main_image(self, task: Any, client: Any) -> Any:
+        """The task's main image, built when it is not there yet."""
+        cfg = task.meta["config"]
+        return task_image(task.meta["path"], cfg["environment"], client,
+                          build_timeout_s=cfg.get("build_timeout_s"))
+
     def _task_container(self, task: Any, image: Any, network: bool, client: Any) -> Any:
         """The task's main container for the current step, not yet healthy."""
         env_cfg = task.meta["config"]["environment"]
@@ -288,18 +298,12 @@ class HarborEnv(VerdictPhases, ShellEnv):
 
         task = self.task
         assert task is not None
-        cfg = task.meta["config"]
-        env_cfg = cfg["environment"]
-        network = container.network_on(env_cfg, isolation=self.isolation,
-                                       allowlist=self.allowlist, task_id=task.id,
-                                       phase_mode=cfg.get("agent_network_mode"))
         client = get_client()
-        image = task_image(task.meta["path"], env_cfg, client,
-                           build_timeout_s=cfg.get("build_timeout_s"))
-        sb = self._task_container(task, image, network, client)
+        sb = self._task_container(task, self._main_image(task, client), self._network(task),
+                                  client)
         try:
-            container.await_healthy(sb, env_cfg.get("healthcheck"), user=str(self._image_user),
-                                    task_id=task.id)
+            container.await_healthy(sb, task.meta["config"]["environment"].get("healthcheck"),
+                                    user=str(self._image_user), task_id=task.id)
         except BaseException:
             sb.close()
             raise

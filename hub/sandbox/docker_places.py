@@ -9,12 +9,14 @@ alone: a spare's shell, started before, goes on in the copy. (Docker's own `put_
 would add tens of milliseconds.)
 
 Where restores replace the container (commands run as root, so any path may have changed:
-Harbor's tasks), the copy is of the whole container instead: Docker's own list of what
-changed in its writable layer (`container.diff()`), packed by the guest (added trees whole,
-modified entries alone) with the deleted paths, and made so in the other container, which
-must be a fresh one of the same image and settings. What is not in that layer is not
-copied: mounts (tmpfs, volumes) and processes. With no guest (an image without python3),
-a copy is refused with `SandboxUnavailable` and the caller falls back to replay.
+Harbor's tasks), the copy is of the whole container instead: what changed in its writable
+layer, read from its overlay2 upper directory on this host where this process can (under a
+millisecond), else Docker's own `container.diff()` (about half a second), packed by the
+guest (added trees whole, other entries alone) with the deleted paths, and made so in the
+other container, which must be a fresh one of the same image and settings. What is not in
+that layer is not copied: mounts (tmpfs, volumes) and processes. With no guest (an image
+without python3), a copy is refused with `SandboxUnavailable` and the caller falls back to
+replay.
 """
 
 from __future__ import annotations

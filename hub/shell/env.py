@@ -92,8 +92,9 @@ class ShellEnv(TextEnv):
     (`algo.turn_weight`), never a verdict."""
 
     stop_strings = ("</bash>", "<done/>", "</tool_call>")
-    #: Whether `fork` copies the sandbox (else it replays): a family whose sandbox is more
-    #: than `_new_sandbox` makes (Harbor's task containers and sidecars) sets False.
+    #: Whether `fork` copies the sandbox (else it replays): a family whose sandbox holds
+    #: more than `_new_sandbox` can make a spare of (SWE's /testbed and its editor) sets
+    #: False; Harbor overrides `_new_sandbox` with its task's container.
     fork_by_sandbox: ClassVar[bool] = True
     #: The same actions as function-calling tools (see `protocol`), for chat templates.
     tools = protocol.TOOLS
